@@ -1,0 +1,145 @@
+"""The SQL catalog: documented objects parsed from the .sql files under ``queries/``.
+
+Each public object is introduced by a header comment block::
+
+    -- @view|@table|@macro NAME
+    -- Description, one or more lines.
+    -- @param key: what it does (macros)
+    -- @column col: what it holds, with the unit in its name
+    CREATE ... NAME ...;
+
+Everything up to the next header belongs to that object. The same text is loaded into DuckDB as
+``COMMENT ON`` so that plain ``duckdb run.duckdb`` users see it too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+_HEADER = re.compile(r"^--\s*@(table|view|macro)\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_TAG = re.compile(r"^--\s*@(param|column)\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$")
+
+
+@dataclass
+class CatalogObject:
+    kind: str  # 'table' | 'view' | 'macro'
+    name: str
+    area: str  # folder under queries/ ('prelude', 'overlap', ...)
+    path: Path
+    description: str
+    params: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, str] = field(default_factory=dict)
+    sql: str = ""
+
+    @property
+    def public(self) -> bool:
+        return not self.name.startswith("_")
+
+    @property
+    def is_table_macro(self) -> bool:
+        return self.kind == "macro" and bool(re.search(r"\bAS\s+TABLE\b", self.sql, re.I))
+
+
+def queries_dir() -> Path:
+    """The queries/ folder: packaged copy when installed from a wheel, else the source tree."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_queries", here.parent / "queries"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("nsys2comm: the queries/ folder is missing from this installation")
+
+
+def _sql_files(root: Path) -> list[Path]:
+    # prelude first (schema, helpers), then the analysis areas; files sort by name inside an area
+    files = sorted(root.glob("*/*.sql"), key=lambda p: (p.parent.name != "prelude", p.parent.name, p.name))
+    return files
+
+
+def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:
+    """Split one .sql file into its preamble and its documented objects."""
+    preamble: list[str] = []
+    objects: list[CatalogObject] = []
+    current: CatalogObject | None = None
+    in_doc = False
+    body: list[str] = []
+    for line in path.read_text().splitlines():
+        m = _HEADER.match(line.strip())
+        if m:
+            if current:
+                current.sql = "\n".join(body).strip()
+                objects.append(current)
+            current = CatalogObject(kind=m.group(1), name=m.group(2), area=area, path=path, description="")
+            body, in_doc = [], True
+            continue
+        if current is None:
+            preamble.append(line)
+            continue
+        stripped = line.strip()
+        if in_doc and stripped.startswith("--"):
+            t = _TAG.match(stripped)
+            if t:
+                target = current.params if t.group(1) == "param" else current.columns
+                target[t.group(2)] = t.group(3).strip()
+                last = target, t.group(2)
+            else:
+                text = stripped[2:].strip()
+                if current.params or current.columns:
+                    # continuation of the previous @param/@column
+                    tgt, key = last
+                    tgt[key] = (tgt[key] + " " + text).strip()
+                else:
+                    current.description = (current.description + "\n" + text).strip() if text else current.description + "\n"
+            continue
+        in_doc = False
+        body.append(line)
+    if current:
+        current.sql = "\n".join(body).strip()
+        objects.append(current)
+    for o in objects:
+        o.description = re.sub(r"\n{3,}", "\n\n", o.description).strip()
+    return "\n".join(preamble), objects
+
+
+@cache
+def load_catalog(root: Path | None = None) -> tuple[CatalogObject, ...]:
+    root = root or queries_dir()
+    out: list[CatalogObject] = []
+    for path in _sql_files(root):
+        _, objs = parse_file(path, path.parent.name)
+        out.extend(objs)
+    return tuple(out)
+
+
+def public_queries() -> list[CatalogObject]:
+    """Analysis objects users run with ``nsys2comm query`` (everything outside prelude)."""
+    return [o for o in load_catalog() if o.public and o.area != "prelude"]
+
+
+def find(name: str) -> CatalogObject | None:
+    return next((o for o in load_catalog() if o.name == name), None)
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def install(con, *, tables: bool = True) -> None:
+    """Create (or replace) every catalog object in a DuckDB connection, with COMMENT ON docs."""
+    for obj in load_catalog():
+        if obj.kind == "table" and not tables:
+            continue
+        con.execute(obj.sql)
+        if obj.kind == "table":
+            con.execute(f"COMMENT ON TABLE {obj.name} IS {_quote(obj.description)}")
+            for col, doc in obj.columns.items():
+                con.execute(f"COMMENT ON COLUMN {obj.name}.{col} IS {_quote(doc)}")
+        elif obj.kind == "view":
+            con.execute(f"COMMENT ON VIEW {obj.name} IS {_quote(obj.description)}")
+            for col, doc in obj.columns.items():
+                con.execute(f"COMMENT ON COLUMN {obj.name}.{col} IS {_quote(doc)}")
+        else:
+            what = "MACRO TABLE" if obj.is_table_macro else "MACRO"
+            con.execute(f"COMMENT ON {what} {obj.name} IS {_quote(obj.description)}")

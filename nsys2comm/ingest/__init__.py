@@ -1,0 +1,216 @@
+"""Ingest trace files into a job database: discovery, format detection, parallel parsing, one transaction per file."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from ..errors import InputError
+from .base import Batch, ReadOptions
+from .writer import insert_batch
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
+
+
+@dataclass
+class FileResult:
+    path: str
+    status: str  # 'ingested' | 'skipped' | 'failed'
+    message: str = ""
+    file_id: int | None = None
+    ranks: list[int] = field(default_factory=list)
+
+
+def _importers():
+    from . import kineto, nsys
+
+    return {kineto.SOURCE: kineto, nsys.SOURCE: nsys}
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files, directories (searched recursively for traces) and globs, in a stable order without duplicates."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            out.append(p)
+        elif p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise InputError("directory holds no trace files", path=str(p),
+                                 hint="expected *.json, *.json.gz (Kineto) or *.sqlite (nsys export --type sqlite)")
+            out.extend(found)
+        else:
+            matches = sorted(Path(m) for m in glob.glob(str(raw), recursive=True) if Path(m).is_file())
+            if not matches:
+                raise InputError("no such file, directory or matching glob", path=str(raw),
+                                 hint="check the path; quote globs so the shell does not expand them")
+            out.extend(matches)
+    seen, unique = set(), []
+    for p in out:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+def detect(path: Path):
+    """The importer module for a file, judged by its first bytes, or an InputError saying what it is not."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise InputError(f"cannot read ({e.strerror})", path=str(path), hint="check the path and permissions") from None
+    if path.name.endswith(".nsys-rep") or head.startswith(b"\x00\x00\x00\x00NSYS") :
+        raise InputError("is an Nsight Systems report, not an SQLite export", path=str(path),
+                         hint=f"convert it: nsys export --type sqlite --include-blobs=true {path}")
+    if not head:
+        raise InputError("is empty", path=str(path), hint="give a Kineto trace (.json/.json.gz) or an nsys SQLite export")
+    for mod in _importers().values():
+        if mod.sniff(path, head):
+            return mod
+    if path.suffix in (".nsys-rep", ".qdrep"):
+        raise InputError("is an Nsight Systems report, not an SQLite export", path=str(path),
+                         hint=f"convert it: nsys export --type sqlite --include-blobs=true {path}")
+    raise InputError("is not a trace nsys2comm can read", path=str(path),
+                     hint="expected a PyTorch profiler JSON (.json/.json.gz) or an Nsight Systems SQLite export "
+                          "(nsys export --type sqlite)")
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _spool(path: str, options: ReadOptions, tmpdir: str) -> list[tuple[str, str]]:
+    """Worker: parse one file and spool its batches as Arrow IPC files (memory stays bounded)."""
+    mod = detect(Path(path))
+    out = []
+    for i, batch in enumerate(mod.read(Path(path), options)):
+        fn = os.path.join(tmpdir, f"{i:06d}.arrow")
+        with ipc.new_file(fn, batch.data.schema) as w:
+            w.write_table(batch.data)
+        out.append((batch.table, fn))
+    return out
+
+
+def _replay(spooled: list[tuple[str, str]]):
+    for table, fn in spooled:
+        with ipc.open_file(fn) as r:
+            yield Batch(table, r.read_all())
+
+
+def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str], None] | None) -> int:
+    """One file, one transaction: either every row lands or none does."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        file_id = con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchone()[0]
+        con.execute(
+            "INSERT INTO files (file_id, path, sha256, size_bytes, source, ingested_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [file_id, str(path.resolve()), sha, path.stat().st_size, mod.SOURCE,
+             datetime.now(timezone.utc).replace(tzinfo=None)])
+        for batch in batches:
+            insert_batch(con, file_id, batch)
+            if progress:
+                progress(batch.table)
+        mod.finalize(con, file_id)
+        con.execute("COMMIT")
+        return file_id
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, keep_going: bool = False,
+           jobs: int | None = None, on_file: Callable[[FileResult], None] | None = None,
+           progress: Callable[[str], None] | None = None) -> list[FileResult]:
+    """Ingest traces into an open job database. Returns one FileResult per file.
+
+    Without ``keep_going`` the first bad file raises InputError (files before it stay ingested, each in its own
+    committed transaction; the bad one leaves nothing behind).
+    """
+    files = expand_paths(paths)
+    if rank is not None and len(files) > 1:
+        raise InputError("--rank applies to a single trace file", hint="ingest files one at a time to set their ranks")
+    options = ReadOptions(rank=rank)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
+    results: list[FileResult] = []
+
+    def done(res: FileResult) -> None:
+        results.append(res)
+        if on_file:
+            on_file(res)
+
+    def fail(path: Path, err: Exception) -> None:
+        if isinstance(err, InputError):
+            if err.path is None:
+                err.path = str(path)
+            line = err.line()
+        else:
+            line = f"{path}: failed to ingest ({type(err).__name__}: {err}) (rerun with --debug and report it)"
+        if not keep_going:
+            if isinstance(err, InputError):
+                raise InputError(err.what, path=err.path, hint=err.hint) from err
+            raise err
+        done(FileResult(str(path), "failed", line))
+
+    # identity and format first: cheap, and lets bad files fail before any parsing work
+    todo: list[tuple[Path, str, object]] = []
+    for path in files:
+        try:
+            mod = detect(path)
+            sha = sha256_of(path)
+        except Exception as err:  # noqa: BLE001 - reported per file
+            fail(path, err)
+            continue
+        prior = con.execute("SELECT file_id FROM files WHERE sha256 = ?", [sha]).fetchone()
+        if prior or any(t[1] == sha for t in todo):
+            fid = prior[0] if prior else None
+            done(FileResult(str(path), "skipped", "already ingested" + (f" as file {fid}" if fid else " (duplicate)"), fid))
+            continue
+        todo.append((path, sha, mod))
+
+    def record(path: Path, fid: int) -> None:
+        ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank", [fid]).fetchall()]
+        done(FileResult(str(path), "ingested", "", fid, ranks))
+
+    if jobs == 1 or len(todo) <= 1:
+        for path, sha, mod in todo:
+            try:
+                record(path, _write_file(con, path, sha, mod, mod.read(path, options), progress))
+            except Exception as err:  # noqa: BLE001
+                fail(path, err)
+        return results
+
+    tmp = tempfile.mkdtemp(prefix="nsys2comm-")
+    try:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = []
+            for i, (path, sha, mod) in enumerate(todo):
+                d = os.path.join(tmp, str(i))
+                os.makedirs(d)
+                futures.append(pool.submit(_spool, str(path), options, d))
+            for (path, sha, mod), fut in zip(todo, futures):  # input order: deterministic file ids
+                try:
+                    spooled = fut.result()
+                    record(path, _write_file(con, path, sha, mod, _replay(spooled), progress))
+                except Exception as err:  # noqa: BLE001
+                    fail(path, err)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results

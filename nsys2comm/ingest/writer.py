@@ -1,0 +1,48 @@
+"""Writes importer batches into the job database inside one transaction per file."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from .base import ID_COLUMNS, ID_SHIFT, Batch
+
+_FILE_COLUMNS = ("format_version", "producer", "host", "clock_rule", "clock_offset_ns")
+
+
+def insert_batch(con, file_id: int, batch: Batch) -> None:
+    """Insert one batch; adds file_id, makes ids job-unique, derives kernel short names and classes."""
+    data = batch.data
+    if data.num_rows == 0:
+        return
+    if batch.table == "files":
+        row = data.to_pylist()[0]
+        sets = ", ".join(f"{c} = ?" for c in _FILE_COLUMNS if c in row)
+        if sets:
+            con.execute(f"UPDATE files SET {sets} WHERE file_id = ?", [row[c] for c in _FILE_COLUMNS if c in row] + [file_id])
+        return
+    con.register("_batch", data)
+    try:
+        exprs = [f"{file_id}::INTEGER AS file_id"]
+        cols = set(data.column_names)
+        idc = ID_COLUMNS.get(batch.table)
+        excl = ["file_id"] if "file_id" in cols else []
+        if idc and idc in cols:
+            exprs.append(f"({file_id}::BIGINT << {ID_SHIFT}) + {idc} AS {idc}")
+            excl.append(idc)
+        src = "_batch"
+        if batch.table == "kernels":
+            # classify distinct names once: 10M kernels usually have a few thousand names
+            need_short = "short_name" not in cols
+            src = ("(SELECT b.*, n.kernel_class" + (", n.short_name" if need_short else "") +
+                   " FROM _batch b JOIN (SELECT name, kernel_class(name) AS kernel_class" +
+                   (", kernel_short_name(name) AS short_name" if need_short else "") +
+                   " FROM (SELECT DISTINCT name FROM _batch)) n USING (name))")
+            excl += [c for c in ("kernel_class",) if c in cols]
+        exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
+        con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
+    finally:
+        con.unregister("_batch")
+
+
+def empty_like(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
