@@ -1,0 +1,260 @@
+"""The public Python API: a job database and what you can ask of it. The CLI is a thin layer over this.
+
+    >>> import nsys2comm
+    >>> job = nsys2comm.Job.ingest(["fixtures/example"], db="run.duckdb")   # or Job.open("run.duckdb")
+    >>> job.query("step_timeline", max_segments=50)                         # polars.DataFrame
+    >>> job.sql("SELECT rank, count(*) FROM comm_ops GROUP BY rank")
+    >>> job.summary()["comm_share_pct"]
+    >>> job.report("report.html")
+
+A *source* is either a job database (a ``.duckdb`` file made by ``nsys2comm ingest``) or trace files,
+directories or globs; traces are ingested into a temporary in-memory database (:meth:`Job.open`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import polars as pl
+
+from . import catalog
+from .db import connect
+from .errors import InputError, UsageError
+
+DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
+
+# Statement types that only read. Anything else needs write=True (the CLI's --write).
+_READ_ONLY_TYPES = {"SELECT", "EXPLAIN", "PRAGMA", "CALL", "PREPARE", "EXECUTE", "VARIABLE_SET", "SET",
+                    "RELATION", "LOGICAL_PLAN"}
+_TEMP_CREATE = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?(TEMP|TEMPORARY)\b", re.I)
+_ROW_TYPES = {"SELECT", "EXPLAIN", "PRAGMA", "CALL", "EXECUTE", "RELATION"}
+
+
+def is_database(path: str | Path) -> bool:
+    """True for a job database: a path ending ``.duckdb`` (existing or not) or a file that is a DuckDB database."""
+    p = Path(path)
+    if p.suffix.lower() == ".duckdb":
+        return True
+    if not p.is_file():
+        return False
+    try:
+        with open(p, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return head[8:12] == DUCKDB_MAGIC
+
+
+def _parse_value(v: Any) -> Any:
+    """``-p key=value`` values: integers, floats, true/false/null, else the string."""
+    if not isinstance(v, str):
+        return v
+    low = v.strip().lower()
+    if low in ("null", "none"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return v
+
+
+def parse_params(pairs: Sequence[str] | None) -> dict[str, Any]:
+    """``["key=value", ...]`` (the CLI's ``-p``) to a dict with typed values."""
+    out: dict[str, Any] = {}
+    for pair in pairs or ():
+        if "=" not in pair:
+            raise UsageError(f"parameter {pair!r} is not key=value", hint="e.g. -p max_segments=50")
+        k, v = pair.split("=", 1)
+        k = k.strip()
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise UsageError(f"parameter name {k!r} is not an identifier", hint="e.g. -p max_segments=50")
+        out[k] = _parse_value(v)
+    return out
+
+
+def _fallback_run_query(con, name: str, params: dict[str, Any]) -> pl.DataFrame:
+    """Runs a catalog object when nsys2comm.analysis is not available: views/tables read whole, table macros
+    called with named arguments bound as prepared parameters."""
+    obj = catalog.find(name)
+    if obj is None:
+        raise InputError(f"no catalog object named {name!r}", hint="see 'nsys2comm queries list'")
+    if obj.kind == "macro" and obj.is_table_macro:
+        unknown = set(params) - set(obj.params)
+        if unknown:
+            raise UsageError(f"{name} has no parameter {', '.join(sorted(unknown))}",
+                             hint="parameters: " + (", ".join(obj.params) or "none"))
+        args = ", ".join(f"{k} := ${k}" for k in params)
+        return con.execute(f"SELECT * FROM {name}({args})", params).pl()
+    if obj.kind == "macro":
+        raise UsageError(f"{name} is a scalar macro, not a query", hint=f"use it in SQL: nsys2comm sql DB \"SELECT {name}(...)\"")
+    if params:
+        raise UsageError(f"{name} is a {obj.kind} and takes no parameters", hint="filter it with 'nsys2comm sql'")
+    return con.execute(f"SELECT * FROM {name}").pl()
+
+
+def run_query(con, name: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
+    """Run a documented catalog object by name (delegates to ``nsys2comm.analysis.run_query``)."""
+    params = params or {}
+    obj = catalog.find(name)
+    if obj is None or not obj.public:
+        known = [o.name for o in catalog.public_queries()]
+        close = [k for k in known if name.lower() in k.lower() or k.lower() in name.lower()][:3]
+        raise UsageError(f"no query named {name!r}",
+                         hint=("did you mean " + ", ".join(close) + "? " if close else "") + "see 'nsys2comm queries list'")
+    try:
+        from .analysis import run_query as _run  # owned by the analysis module
+    except ImportError:
+        _run = None
+    if _run is None:
+        return _fallback_run_query(con, name, params)
+    return _run(con, name, params)
+
+
+class Job:
+    """One job database (on disk, or in memory for one-off use on trace files)."""
+
+    def __init__(self, con, *, path: str | None = None, read_only: bool = True, results: list | None = None):
+        self.con = con
+        self.path = path  # None: in-memory
+        self.read_only = read_only
+        self.results = results or []  # FileResult per trace when the job was built by ingest
+
+    # -- opening ------------------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, source: str | Path | Sequence[str | Path] | None = None, *, write: bool = False,
+             lock_timeout_s: float = 60.0, jobs: int | None = None,
+             on_file: Callable | None = None, progress: Callable | None = None) -> "Job":
+        """Open a job database, or ingest trace files / directories / globs into an in-memory one.
+
+        ``source`` is a ``.duckdb`` path, or one or more trace paths. ``write=False`` (default) opens a database
+        read-only, so several readers can share it while nothing can change it.
+        """
+        sources = [source] if isinstance(source, (str, Path)) else list(source or [])
+        if not sources:
+            raise UsageError("no database or trace files given", hint="give a .duckdb file or trace files")
+        dbs = [s for s in sources if is_database(s)]
+        if dbs:
+            if len(sources) > 1:
+                raise UsageError("give either one database or trace files, not both",
+                                 path=str(dbs[0]), hint="ingest the traces into the database first")
+            path = str(dbs[0])
+            con = connect(path, write=write, lock_timeout_s=lock_timeout_s)
+            return cls(con, path=path, read_only=not write)
+        return cls.ingest(sources, db=None, jobs=jobs, on_file=on_file, progress=progress, read_only=not write)
+
+    @classmethod
+    def ingest(cls, paths: Iterable[str | Path], db: str | Path | None = None, *, rank: int | None = None,
+               keep_going: bool = False, jobs: int | None = None, lock_timeout_s: float = 60.0,
+               on_file: Callable | None = None, progress: Callable | None = None,
+               read_only: bool = False) -> "Job":
+        """Ingest traces into ``db`` (created if missing; ``None`` = in memory) and return the job.
+
+        Files already in the database (same SHA-256) are skipped. ``job.results`` holds one FileResult per file.
+        """
+        from .ingest import ingest as _ingest
+
+        con = connect(db, write=True, lock_timeout_s=lock_timeout_s) if db is not None else connect(None)
+        try:
+            results = _ingest(con, [str(p) for p in paths], rank=rank, keep_going=keep_going, jobs=jobs,
+                              on_file=on_file, progress=progress)
+        except BaseException:
+            con.close()
+            raise
+        return cls(con, path=str(db) if db is not None else None, read_only=read_only, results=results)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Job({self.path or ':memory:'!r})"
+
+    # -- asking -------------------------------------------------------------------------------------------------
+    def query(self, name: str, **params: Any) -> pl.DataFrame:
+        """Rows of a catalog query (``nsys2comm queries list``), with its documented parameters."""
+        return run_query(self.con, name, params)
+
+    def sql(self, text: str, *, write: bool | None = None) -> pl.DataFrame:
+        """Run one or more SQL statements; returns the last statement's rows (empty frame if it has none).
+
+        Read-only unless ``write=True`` (defaults to how the job was opened); temporary objects are always allowed.
+        All catalog objects (views, macros) can be used.
+        """
+        import duckdb
+
+        write = (not self.read_only) if write is None else write
+        if not text or not text.strip():
+            raise UsageError("no SQL given", hint="e.g. nsys2comm sql run.duckdb \"SELECT * FROM ranks\"")
+        try:
+            statements = self.con.extract_statements(text)
+        except duckdb.Error as e:
+            raise InputError(f"SQL error: {_first_line(e)}", hint="check the SQL; 'nsys2comm schema' lists tables") from None
+        if not statements:
+            raise UsageError("no SQL statement given", hint="e.g. \"SELECT * FROM ranks\"")
+        if not write:
+            for st in statements:
+                kind = st.type.name
+                if kind not in _READ_ONLY_TYPES and not (kind == "CREATE" and _TEMP_CREATE.match(st.query)):
+                    raise InputError(f"refusing a {kind} statement: the database is opened read-only",
+                                     hint="add --write to change it (or use CREATE TEMP ... for scratch objects)")
+        result = None
+        for st in statements:
+            try:
+                result = self.con.execute(st.query)
+            except duckdb.Error as e:
+                msg = _first_line(e)
+                if "read-only" in msg.lower():
+                    raise InputError(f"refused: {msg}", hint="add --write to change the database") from None
+                raise InputError(f"SQL error: {msg}", hint="check the SQL; 'nsys2comm schema' lists tables") from None
+        last = statements[-1]
+        if result is None or last.type.name not in _ROW_TYPES or result.description is None:
+            return pl.DataFrame()
+        return result.pl()
+
+    def summary(self) -> dict:
+        """The job summary (see :func:`nsys2comm.summary.build_summary`)."""
+        from .summary import build_summary
+
+        return build_summary(self.con)
+
+    def chart(self, name: str, **params: Any):
+        """An Altair chart of a catalog query, drawn by the report's chart functions."""
+        try:
+            from .report import charts  # type: ignore[attr-defined]
+        except ImportError:
+            charts = None
+        fn = getattr(charts, name, None) or getattr(charts, f"{name}_chart", None) if charts else None
+        if fn is None:
+            raise UsageError(f"no chart for {name!r}", hint="charts come with the report module; see nsys2comm.report")
+        # TODO(report owner): settle the chart function signature; today: fn(DataFrame) -> alt.Chart
+        return fn(self.query(name, **params))
+
+    def report(self, out_path: str | Path, *, png_dir: str | Path | None = None,
+               svg_dir: str | Path | None = None) -> Path:
+        """Write the self-contained HTML report (and PNG/SVG copies of the charts when asked)."""
+        try:
+            from .report import build_report  # type: ignore[attr-defined]
+        except ImportError:
+            build_report = None
+        if build_report is None:
+            raise InputError("the report module is not available in this build",
+                             hint="use 'nsys2comm summary' or 'nsys2comm query' meanwhile")
+        out = Path(out_path)
+        build_report(self.con, out, png_dir=png_dir, svg_dir=svg_dir)
+        return out
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__

@@ -1,0 +1,91 @@
+"""Runs one measured step in a fresh process and prints JSON: seconds, peak RSS (self and children), extras.
+
+Used by bench.py so that each step's peak RSS is its own (ru_maxrss is a high-water mark per process).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sqlite3
+import sys
+import time
+
+
+def _rss_mb() -> dict:
+    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"peak_rss_mb": round(max(self_kb, kids_kb) / 1024, 1)}
+
+
+def ingest(db: str, paths: list[str], jobs: int) -> dict:
+    from nsys2comm import db as dbmod
+    from nsys2comm.ingest import ingest as do_ingest
+
+    con = dbmod.connect(db, write=True)
+    t = time.perf_counter()
+    res = do_ingest(con, paths, jobs=jobs)
+    secs = time.perf_counter() - t
+    counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+              for t in ("kernels", "api_calls", "cpu_ranges", "mem_ops", "comm_ops")}
+    con.close()
+    bad = [r.message for r in res if r.status == "failed"]
+    return {"seconds": secs, "rows": counts, "failed": bad}
+
+
+def sqlite_scan(path: str) -> dict:
+    """Baseline: a plain sqlite3 scan of the rows the nsys importer reads (kernels, runtime, NVTX)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    t = time.perf_counter()
+    rows = 0
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
+        if table not in have:
+            continue
+        cur = con.execute(f"SELECT * FROM {table}")
+        while chunk := cur.fetchmany(100_000):
+            rows += len(chunk)
+    return {"seconds": time.perf_counter() - t, "rows": rows}
+
+
+def queries(db: str) -> dict:
+    from nsys2comm import catalog
+    from nsys2comm import db as dbmod
+
+    con = dbmod.connect(db)
+    times = {}
+    for obj in catalog.public_queries():
+        if not obj.is_table_macro:
+            continue
+        t = time.perf_counter()
+        con.execute(f"SELECT * FROM {obj.name}()").arrow()
+        times[obj.name] = time.perf_counter() - t
+    return {"seconds": sum(times.values()), "per_query": times}
+
+
+def report(db: str, out: str) -> dict:
+    import os
+
+    from nsys2comm import db as dbmod
+    from nsys2comm.report import build_report
+
+    con = dbmod.connect(db)
+    t = time.perf_counter()
+    build_report(con, out)
+    return {"seconds": time.perf_counter() - t, "html_bytes": os.path.getsize(out)}
+
+
+def hta(trace_dir: str) -> dict:
+    """HolisticTraceAnalysis load time (run with the separate HTA venv's python)."""
+    from hta.trace_analysis import TraceAnalysis
+
+    t = time.perf_counter()
+    TraceAnalysis(trace_dir=trace_dir)
+    return {"seconds": time.perf_counter() - t}
+
+
+if __name__ == "__main__":
+    step, args = sys.argv[1], json.loads(sys.argv[2])
+    out = globals()[step](**args)
+    out.update(_rss_mb())
+    print("BENCH-JSON " + json.dumps(out))

@@ -1,0 +1,156 @@
+"""Benchmark harness: synthetic jobs at scale, ingest MB/s and rows/s, peak RSS, query and report times.
+
+    python -m tests.benchmarks.bench --size smoke|medium|full [--out bench-results/bench.json]
+        [--hta-python /path/to/venv/bin/python] [--workdir DIR] [--keep]
+
+Sizes: smoke (CI: seconds), medium (Kineto 100 MB, nsys 1M kernels), full (Kineto 100 MB / 1 GB / 2 GB per rank,
+8 ranks x 1 GB, nsys 1M and 10M kernels). Every step runs in its own process so its peak RSS is its own.
+HolisticTraceAnalysis, when a python with it installed is given (or found in ../hta-venv), loads the same
+100 MB trace in the same run and the ratio is printed. Not part of the default test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SIZES = {
+    "smoke": {"kineto_mb": [2], "multi": (2, 2), "nsys_kernels": [20_000], "query_job": "nsys_20000"},
+    "medium": {"kineto_mb": [100], "multi": (8, 25), "nsys_kernels": [1_000_000], "query_job": "nsys_1000000"},
+    "full": {"kineto_mb": [100, 1000, 2000], "multi": (8, 1000), "nsys_kernels": [1_000_000, 10_000_000],
+             "query_job": "nsys_10000000"},
+}
+
+
+def measure(step: str, python: str = sys.executable, **kwargs) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([python, "-m", "tests.benchmarks._measure", step, json.dumps(kwargs)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH-JSON "):
+            return json.loads(line[len("BENCH-JSON "):])
+    raise RuntimeError(f"{step} failed:\n{proc.stderr[-3000:]}")
+
+
+def _gen_kineto(path: Path, mb: int, rank: int, world: int) -> None:
+    from fixtures.kineto_writer import write_large_kineto
+
+    if not path.exists():
+        write_large_kineto(path, mb * 1_000_000, rank=rank, world_size=world)
+
+
+def _gen_nsys(path: Path, n: int, ranks: int) -> None:
+    from fixtures.nsys_writer import write_large_nsys
+
+    if not path.exists():
+        write_large_nsys(path, n_kernels=n, n_ranks=ranks)
+
+
+def find_hta_python(given: str | None) -> str | None:
+    for cand in [given, os.environ.get("NSYS2COMM_HTA_PYTHON"), str(ROOT.parent / "hta-venv" / "bin" / "python")]:
+        if cand and Path(cand).exists():
+            ok = subprocess.run([cand, "-c", "import hta"], capture_output=True).returncode == 0
+            if ok:
+                return cand
+    return None
+
+
+def run(size: str, workdir: Path, hta_python: str | None) -> dict:
+    cfg = SIZES[size]
+    results: dict = {"size": size, "machine": {"cores": os.cpu_count()}, "steps": []}
+    rows = results["steps"]
+
+    def add(name: str, res: dict, **extra) -> dict:
+        res = {"step": name, **extra, **res}
+        rows.append(res)
+        print(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in res.items() if k not in ("step", "per_query")), flush=True)
+        return res
+
+    # Kineto: one file per size, end-to-end parse -> DuckDB
+    for mb in cfg["kineto_mb"]:
+        f = workdir / f"kineto_{mb}mb" / "rank0.pt.trace.json"
+        f.parent.mkdir(exist_ok=True)
+        _gen_kineto(f, mb, 0, 8)
+        size_mb = f.stat().st_size / 1e6
+        db = workdir / f"kineto_{mb}.duckdb"
+        db.unlink(missing_ok=True)
+        r = measure("ingest", db=str(db), paths=[str(f)], jobs=1)
+        add(f"kineto_ingest_{mb}mb", r, input_mb=round(size_mb, 1), mb_per_s=round(size_mb / r["seconds"], 1),
+            rows_per_s=round(sum(r["rows"].values()) / r["seconds"]))
+        if hta_python and mb == cfg["kineto_mb"][0]:
+            h = measure("hta", python=hta_python, trace_dir=str(f.parent))
+            add(f"hta_load_{mb}mb", h, input_mb=round(size_mb, 1), mb_per_s=round(size_mb / h["seconds"], 1),
+                ratio_vs_nsys2comm=round(h["seconds"] / r["seconds"], 1))
+
+    # Many files, one job: all cores
+    n, mb = cfg["multi"]
+    d = workdir / f"kineto_{n}x{mb}mb"
+    d.mkdir(exist_ok=True)
+    for rank in range(n):
+        _gen_kineto(d / f"rank{rank}.pt.trace.json", mb, rank, n)
+    total_mb = sum(p.stat().st_size for p in d.iterdir()) / 1e6
+    multi_db = workdir / f"multi_{n}x{mb}.duckdb"
+    multi_db.unlink(missing_ok=True)
+    r = measure("ingest", db=str(multi_db), paths=[str(d)], jobs=os.cpu_count() or 1)
+    add(f"kineto_ingest_{n}ranks_x_{mb}mb", r, input_mb=round(total_mb, 1), mb_per_s=round(total_mb / r["seconds"], 1),
+        jobs=os.cpu_count())
+    rep = workdir / "report.html"
+    add(f"report_{n}ranks_x_{mb}mb", measure("report", db=str(multi_db), out=str(rep)))
+
+    # nsys: importer vs a plain sqlite3 scan of the same rows
+    for k in cfg["nsys_kernels"]:
+        f = workdir / f"nsys_{k}.sqlite"
+        _gen_nsys(f, k, 8)
+        base = measure("sqlite_scan", path=str(f))
+        add(f"sqlite_scan_{k}", base)
+        db = workdir / f"nsys_{k}.duckdb"
+        db.unlink(missing_ok=True)
+        r = measure("ingest", db=str(db), paths=[str(f)], jobs=1)
+        add(f"nsys_ingest_{k}_kernels", r, rows_per_s=round(sum(r["rows"].values()) / r["seconds"]),
+            speed_vs_sqlite_scan=round(base["seconds"] / r["seconds"], 2))
+
+    q = measure("queries", db=str(workdir / f"{cfg['query_job']}.duckdb"))
+    add(f"all_queries_{cfg['query_job']}", q)
+    results["per_query_seconds"] = q["per_query"]
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", choices=SIZES, default="smoke")
+    ap.add_argument("--out", default=str(ROOT / "bench-results" / "bench.json"))
+    ap.add_argument("--workdir")
+    ap.add_argument("--hta-python")
+    ap.add_argument("--keep", action="store_true", help="keep generated traces and databases")
+    a = ap.parse_args()
+    work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="nsys2comm-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    hta_py = find_hta_python(a.hta_python)
+    print(f"nsys2comm benchmark, size={a.size}, workdir={work}, HTA={'yes' if hta_py else 'not installed'}", flush=True)
+    t = time.perf_counter()
+    try:
+        res = run(a.size, work, hta_py)
+    finally:
+        if not a.keep and not a.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    res["total_seconds"] = round(time.perf_counter() - t, 1)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=2))
+    print(f"\n{'step':42} {'seconds':>9} {'MB/s':>8} {'peak RSS MB':>12}  notes")
+    for s in res["steps"]:
+        notes = {k: v for k, v in s.items() if k in ("ratio_vs_nsys2comm", "speed_vs_sqlite_scan", "html_bytes", "rows_per_s")}
+        print(f"{s['step']:42} {s['seconds']:9.2f} {s.get('mb_per_s', ''):>8} {s['peak_rss_mb']:>12}  {notes}")
+    print(f"\nwrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
