@@ -47,6 +47,14 @@ def is_database(path: str | Path) -> bool:
     return head[8:12] == DUCKDB_MAGIC
 
 
+def settle(con):
+    """Finish any half-read ``execute()`` result so the connection takes new work (DuckDB >= 2 refuses otherwise)."""
+    complete = getattr(con, "complete", None)
+    if complete is not None:
+        complete()
+    return con
+
+
 def _parse_value(v: Any) -> Any:
     """``-p key=value`` values: integers, floats, true/false/null, else the string."""
     if not isinstance(v, str):
@@ -90,12 +98,12 @@ def _fallback_run_query(con, name: str, params: dict[str, Any]) -> pl.DataFrame:
             raise UsageError(f"{name} has no parameter {', '.join(sorted(unknown))}",
                              hint="parameters: " + (", ".join(obj.params) or "none"))
         args = ", ".join(f"{k} := ${k}" for k in params)
-        return con.execute(f"SELECT * FROM {name}({args})", params).pl()
+        return settle(con).sql(f"SELECT * FROM {name}({args})", params=params).pl()
     if obj.kind == "macro":
         raise UsageError(f"{name} is a scalar macro, not a query", hint=f"use it in SQL: nsys2comm sql DB \"SELECT {name}(...)\"")
     if params:
         raise UsageError(f"{name} is a {obj.kind} and takes no parameters", hint="filter it with 'nsys2comm sql'")
-    return con.execute(f"SELECT * FROM {name}").pl()
+    return settle(con).sql(f"SELECT * FROM {name}").pl()
 
 
 def run_query(con, name: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
@@ -113,7 +121,21 @@ def run_query(con, name: str, params: dict[str, Any] | None = None) -> pl.DataFr
         _run = None
     if _run is None:
         return _fallback_run_query(con, name, params)
-    return _run(con, name, params)
+    return _run(settle(con), name, params)
+
+
+# catalog query -> chart function in nsys2comm.report.charts (each takes the query's DataFrame)
+CHARTS = {
+    "time_breakdown_by_rank": "time_breakdown_chart",
+    "overlap_by_rank": "overlap_by_rank_chart",
+    "comm_overlap_by_collective": "overlap_by_collective_chart",
+    "msg_size_histogram": "msg_size_histogram_chart",
+    "collective_bandwidth": "busbw_chart",
+    "p2p_latency_by_size": "p2p_latency_chart",
+    "collective_skew": "skew_heatmap_chart",
+    "rank_wait": "straggler_chart",
+    "step_timeline": "step_timeline_chart",
+}
 
 
 class Job:
@@ -208,19 +230,21 @@ class Job:
                 if kind not in _READ_ONLY_TYPES and not (kind == "CREATE" and _TEMP_CREATE.match(st.query)):
                     raise InputError(f"refusing a {kind} statement: the database is opened read-only",
                                      hint="add --write to change it (or use CREATE TEMP ... for scratch objects)")
-        result = None
-        for st in statements:
+        settle(self.con)
+        for i, st in enumerate(statements):
+            last = i == len(statements) - 1
             try:
-                result = self.con.execute(st.query)
+                if last and st.type.name in _ROW_TYPES:
+                    rel = self.con.sql(st.query)
+                    return rel.pl() if rel is not None else pl.DataFrame()
+                self.con.execute(st.query)
+                settle(self.con)
             except duckdb.Error as e:
                 msg = _first_line(e)
                 if "read-only" in msg.lower():
                     raise InputError(f"refused: {msg}", hint="add --write to change the database") from None
                 raise InputError(f"SQL error: {msg}", hint="check the SQL; 'nsys2comm schema' lists tables") from None
-        last = statements[-1]
-        if result is None or last.type.name not in _ROW_TYPES or result.description is None:
-            return pl.DataFrame()
-        return result.pl()
+        return pl.DataFrame()
 
     def summary(self) -> dict:
         """The job summary (see :func:`nsys2comm.summary.build_summary`)."""
@@ -234,10 +258,13 @@ class Job:
             from .report import charts  # type: ignore[attr-defined]
         except ImportError:
             charts = None
-        fn = getattr(charts, name, None) or getattr(charts, f"{name}_chart", None) if charts else None
+        fn_name = CHARTS.get(name, f"{name}_chart")
+        fn = getattr(charts, fn_name, None) if charts else None
         if fn is None:
-            raise UsageError(f"no chart for {name!r}", hint="charts come with the report module; see nsys2comm.report")
-        # TODO(report owner): settle the chart function signature; today: fn(DataFrame) -> alt.Chart
+            raise UsageError(f"no chart for {name!r}", hint="charts exist for: " + ", ".join(sorted(CHARTS)))
+        if name == "p2p_latency_by_size":
+            model = self.query("p2p_latency_model") if catalog.find("p2p_latency_model") else None
+            return fn(self.query(name, **params), model)
         return fn(self.query(name, **params))
 
     def report(self, out_path: str | Path, *, png_dir: str | Path | None = None,

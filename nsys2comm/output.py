@@ -148,15 +148,19 @@ def _write_table(df: pl.DataFrame, stream: IO[str]) -> None:
 
     tty = hasattr(stream, "isatty") and stream.isatty()
     # Off a terminal the table must not wrap at 80 columns: give it the room it needs.
-    console = Console(file=stream, width=None if tty else 100_000, no_color=not tty, highlight=False,
-                      soft_wrap=not tty, emoji=False, markup=False)
-    table = Table(show_edge=False, box=None if not tty else None, pad_edge=False, header_style="bold")
+    console = Console(file=stream, highlight=False, emoji=False, markup=False)
+    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold" if tty else None)
     numeric = {n for n, t in df.schema.items() if t.is_numeric()}
     for name in df.columns:
         table.add_column(name, justify="right" if name in numeric else "left", overflow="fold")
     for row in df.iter_rows():
         table.add_row(*[_cell_text(v, for_table=True) for v in row])
-    console.print(table)
+    if tty:
+        console.print(table)
+        return
+    buf = io.StringIO()
+    Console(file=buf, width=100_000, no_color=True, highlight=False, emoji=False, markup=False).print(table)
+    stream.write("".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines()))
 
 
 def _write_markdown(df: pl.DataFrame, stream: IO[str]) -> None:

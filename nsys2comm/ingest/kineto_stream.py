@@ -157,6 +157,76 @@ def _finish(buf: bytes, path: Path) -> tuple[list, dict]:
         events.append(obj)
 
 
+def iter_raw(path: Path, block: int = BLOCK) -> Iterator[tuple[str, object]]:
+    """Yield ("header", dict), then ("raw", piece) byte slices of the event array cut at *unvalidated* candidate
+    boundaries (each piece ends just before an event's '{', separator included, so pieces concatenate back to
+    the original bytes), then ("tail", bytes): the rest (the last events, ']' and the trailer).
+
+    ``b"[" + piece + b"{}]"`` decodes when the cut was at top level (nearly always); callers that get a
+    DecodeError re-join pieces and cut them with :func:`split_validated`.
+    """
+    f = open_stream(path)
+    try:
+        buf = b""
+        eof = False
+        while True:
+            m = _TRACE_EVENTS_KEY.search(buf)
+            if m:
+                break
+            if eof or len(buf) > _HEADER_LIMIT:
+                if not buf.strip():
+                    raise InputError("is empty", path=str(path), hint="give a Kineto trace (.json/.json.gz)")
+                if buf.lstrip()[:1] not in (b"{", b"["):
+                    raise InputError("is not JSON", path=str(path), hint="give a Kineto trace (.json/.json.gz)")
+                if eof:
+                    try:
+                        _decode_any.decode(buf)
+                    except msgspec.DecodeError:
+                        raise InputError("is truncated or malformed JSON (no traceEvents array found)", path=str(path),
+                                         hint=HINT_TRUNCATED) from None
+                raise _not_kineto(path)
+            data = _read(f, block, path)
+            if not data:
+                eof = True
+            buf += data
+        yield "header", _parse_header(buf[:m.start()], path)
+        buf = buf[m.end():]
+        while True:
+            if not eof:
+                data = _read(f, block, path)
+                if data:
+                    buf = buf + data if buf else data
+                else:
+                    eof = True
+            # last candidate in the buffer's final window
+            lo = max(0, len(buf) - (1 << 16))
+            last = None
+            while True:
+                for last in _CANDIDATE.finditer(buf, lo):
+                    pass
+                if last is not None or lo == 0:
+                    break
+                lo = max(0, lo - (1 << 20))
+            if last is not None:
+                cut = last.end() - 1
+                yield "raw", buf[:cut]
+                buf = buf[cut:]
+            if eof:
+                break
+        yield "tail", buf
+    finally:
+        f.close()
+
+
+def split_validated(buf: bytes, path: Path, decode) -> tuple[int, object]:
+    """(cut, events) for the largest top-level cut: events = decode of the events in buf[:cut]; (-1, None) if none."""
+    return _split(buf, path, 0, decode)
+
+
+def finish(buf: bytes, path: Path) -> tuple[list, dict]:
+    return _finish(buf, path)
+
+
 def iter_chunks(path: Path, decode, block: int = BLOCK) -> Iterator[tuple[str, object]]:
     f = open_stream(path)
     try:

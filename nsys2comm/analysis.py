@@ -1,0 +1,69 @@
+"""Run the documented SQL analyses (queries/<area>/*.sql) from Python.
+
+``run_query(con, name, params)`` is the one entry point the CLI and the report use: the name must be a public
+table macro or view of the catalog, parameter names must be among the macro's ``@param`` list, and values are
+bound as prepared-statement parameters (never pasted into the SQL text).
+
+``materialize(con)`` snapshots the shared GPU timeline (the sweep behind overlap_by_rank,
+time_breakdown_by_rank and overlap_by_step) into a TEMP table, so a caller running several analyses pays for
+the sweep once. The snapshot does not follow later ingests: call ``materialize`` again (or ``unmaterialize``)
+after changing the data.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from . import catalog
+from .errors import InputError
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# helper views whose snapshot may replace the live computation: view name -> snapshot table
+_MATERIALIZABLE = {"_gpu_timeline": "_gpu_timeline_snapshot"}
+
+
+def _public_object(name: str) -> catalog.CatalogObject:
+    obj = catalog.find(name) if isinstance(name, str) and _IDENT.match(name) else None
+    if obj is None or not obj.public or obj.area == "prelude" or obj.kind == "table":
+        known = ", ".join(sorted(o.name for o in catalog.public_queries()))
+        raise InputError(f"unknown analysis {name!r}", hint=f"choose one of: {known}")
+    return obj
+
+
+def run_query(con, name: str, params: dict | None = None) -> pl.DataFrame:
+    """Run a public analysis by name with named parameters; returns a polars DataFrame."""
+    obj = _public_object(name)
+    params = dict(params or {})
+    if obj.kind == "view":
+        if params:
+            raise InputError(f"{name} takes no parameters", hint="drop the parameters")
+        sql = f"SELECT * FROM {obj.name}"
+        return con.sql(sql).pl()
+    unknown = sorted(set(params) - set(obj.params))
+    if unknown:
+        allowed = ", ".join(obj.params) or "none"
+        raise InputError(f"{name}: unknown parameter(s) {', '.join(unknown)}", hint=f"parameters of {name}: {allowed}")
+    # names are validated identifiers from the catalog; values travel as bound parameters
+    args = ", ".join(f"{k} := ${k}" for k in params)
+    sql = f"SELECT * FROM {obj.name}({args})"
+    return con.sql(sql, params=params or None).pl()
+
+
+def materialize(con) -> None:
+    """Compute the shared helper views once (TEMP tables) and point the helpers at the snapshots."""
+    for view, table in _MATERIALIZABLE.items():
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM {view}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {table}")
+
+
+def unmaterialize(con) -> None:
+    """Drop the snapshots: the helpers compute from the canonical tables again."""
+    for view, table in _MATERIALIZABLE.items():
+        obj = catalog.find(view)
+        con.execute(f"DROP VIEW IF EXISTS temp.{view}")
+        con.execute(f"DROP TABLE IF EXISTS temp.{table}")
+        # read-only sessions hold the helper as a TEMP view only: recreate it
+        if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [view]).fetchone()[0]:
+            con.execute(obj.sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))

@@ -1,0 +1,494 @@
+"""The ``nsys2comm`` command line: thin commands over :mod:`nsys2comm.api`; all rows go through :mod:`.output`.
+
+Conventions: rows (and the summary) on stdout, messages on stderr; exit 0 ok, 1 input error, 2 usage error,
+3 threshold violated. ``--debug`` shows tracebacks instead of one-line errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Iterator, Optional
+
+import typer
+
+from . import __version__, catalog
+from . import output as out_
+from .api import Job, is_database, parse_params, run_query, settle
+from .errors import InputError, Nsys2CommError, UsageError
+from .output import Format
+
+EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_THRESHOLD = 0, 1, 2, 3
+
+app = typer.Typer(
+    name="nsys2comm",
+    help="Communication analysis of multi-GPU training traces (Nsight Systems SQLite exports, PyTorch profiler "
+         "JSON) with documented DuckDB SQL and self-contained HTML reports.\n\n"
+         "Wherever a DB is expected you may give trace files, directories or globs instead: they are ingested into "
+         "a temporary in-memory database.\n\n"
+         "\b\nExample:\n  nsys2comm report fixtures/example -o report.html\n\n"
+         "Exit codes: 0 ok, 1 input error, 2 usage error, 3 threshold violated (summary).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+queries_app = typer.Typer(
+    help="The catalog of documented SQL analyses.\n\n\b\nExample:\n  nsys2comm queries list\n"
+         "  nsys2comm queries show step_timeline",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(queries_app, name="queries")
+
+_state = {"debug": os.environ.get("NSYS2COMM_DEBUG", "") not in ("", "0")}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# shared options and plumbing
+
+SourcesArg = Annotated[list[str], typer.Argument(
+    metavar="DB_OR_TRACES", help="A job database (.duckdb), or trace files, directories or globs (ingested in memory).",
+    show_default=False)]
+FormatOpt = Annotated[Optional[Format], typer.Option(
+    "--format", "-f", help="Output format (default: from -o's extension, else table).", case_sensitive=False,
+    show_default=False)]
+OutOpt = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", help="Write rows to this file; the format follows its extension (.csv .tsv .json .jsonl "
+                           ".parquet .md).", show_default=False, dir_okay=False)]
+LockOpt = Annotated[float, typer.Option("--lock-timeout", metavar="S",
+                                        help="Seconds to wait for another process holding the database.")]
+
+
+def _stderr_tty() -> bool:
+    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """One-line errors with a hint; --debug re-raises for the traceback."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort):
+        raise
+    except Nsys2CommError as e:
+        if _state["debug"]:
+            raise
+        out_.message(f"Error: {e.line()}")
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        out_.message("Interrupted.")
+        raise typer.Exit(130) from None
+    except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
+        if _state["debug"] or type(e).__module__.startswith(("typer", "click")):
+            raise
+        import duckdb
+
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if isinstance(e, duckdb.Error):
+            out_.message(f"Error: {first} (check the SQL or the database; rerun with --debug for details)")
+        else:
+            out_.message(f"Error: {type(e).__name__}: {first} (rerun with --debug for the traceback, and report it)")
+        raise typer.Exit(EXIT_INPUT) from None
+
+
+def _open(sources: list[str], *, write: bool = False, lock_timeout: float = 60.0) -> Job:
+    """DB path → open it; anything else → ingest the traces into memory (one-off use)."""
+    if not sources:
+        raise UsageError("no database or trace files given", hint="e.g. nsys2comm summary run.duckdb")
+    if len(sources) == 1 and is_database(sources[0]):
+        return Job.open(sources[0], write=write, lock_timeout_s=lock_timeout)
+    if any(is_database(s) for s in sources):
+        raise UsageError("give either one database or trace files, not both",
+                         hint="ingest the traces into the database first")
+    status = None
+    if _stderr_tty():
+        from rich.console import Console
+
+        status = Console(stderr=True).status("ingesting traces into memory…")
+        status.start()
+    try:
+        return Job.open(sources, write=write)
+    finally:
+        if status:
+            status.stop()
+
+
+def _version_cb(value: bool) -> None:
+    if value:
+        typer.echo(f"nsys2comm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version_cb, is_eager=True,
+                                          help="Show the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks instead of one-line errors.")] = False,
+) -> None:
+    # set on every invocation (in-process runners call the app many times)
+    _state["debug"] = debug or os.environ.get("NSYS2COMM_DEBUG", "") not in ("", "0")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ingest
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[str], typer.Argument(metavar="PATH...", show_default=False,
+                                               help="Trace files, directories (searched recursively) or quoted globs.")],
+    db: Annotated[Path, typer.Option("--db", help="Job database to create or add to.", dir_okay=False,
+                                     show_default=False)],
+    rank: Annotated[Optional[int], typer.Option("--rank", help="Rank of a single trace file whose rank the trace "
+                                                           "does not record.", show_default=False)] = None,
+    keep_going: Annotated[bool, typer.Option("--keep-going", help="Ingest the good files, list the bad ones, "
+                                                                  "exit 1 if any failed.")] = False,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel parsers (default: all cores).",
+                                                show_default=False)] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no per-file lines "
+                                                              "(failures are still reported).")] = False,
+    lock_timeout: LockOpt = 60.0,
+) -> None:
+    """Ingest traces into a job database (one transaction per file; files already ingested are skipped).
+
+    Prints one line per file on stderr: ingested, skipped (already ingested) or failed with its reason.
+
+    \b
+    Example:
+      nsys2comm ingest traces/ --db run.duckdb --keep-going
+      nsys2comm ingest 'out/rank*.sqlite' --db run.duckdb --jobs 4
+    """
+    from .ingest import expand_paths
+
+    with _errors():
+        files = expand_paths(paths)
+        show_bar = _stderr_tty() and not quiet
+        failed: list[str] = []
+        counts = {"ingested": 0, "skipped": 0, "failed": 0}
+        progress = task = None
+        if show_bar:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            progress = Progress(TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
+            task = progress.add_task("", total=len(files))
+            progress.start()
+
+        def say(line: str) -> None:
+            if progress is not None:
+                progress.console.print(line, markup=False, highlight=False)
+            else:
+                out_.message(line)
+
+        def on_file(res) -> None:
+            counts[res.status] = counts.get(res.status, 0) + 1
+            if res.status == "failed":
+                failed.append(res.message or res.path)
+                say(f"failed    {res.message or res.path}")
+            elif not quiet:
+                if res.status == "ingested":
+                    ranks = ", ".join(map(str, res.ranks)) if res.ranks else "?"
+                    say(f"ingested  {res.path} (rank{'s' if len(res.ranks) != 1 else ''} {ranks})")
+                else:
+                    say(f"skipped   {res.path}: {res.message or 'already ingested'}")
+            if progress is not None:
+                progress.update(task, advance=1, description=Path(res.path).name)
+
+        try:
+            job = Job.ingest(files, db=db, rank=rank, keep_going=keep_going, jobs=jobs,
+                             lock_timeout_s=lock_timeout, on_file=on_file)
+            job.close()
+        except InputError as e:
+            if not keep_going and e.hint and "--keep-going" not in e.hint:
+                e.hint += "; --keep-going ingests the other files"
+            raise
+        finally:
+            if progress is not None:
+                progress.stop()
+        if not quiet:
+            out_.message(f"{counts['ingested']} ingested, {counts['skipped']} skipped, {counts['failed']} failed → {db}")
+        if failed:
+            out_.message(f"Error: {len(failed)} of {len(files)} file(s) could not be ingested:")
+            for line in failed:
+                out_.message(f"  {line}")
+            raise typer.Exit(EXIT_INPUT)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# summary
+
+
+@app.command()
+def summary(
+    sources: SourcesArg,
+    json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON (stable keys, 'schema_version').")]
+    = False,
+    max_exposed_comm_pct: Annotated[Optional[float], typer.Option(
+        metavar="X", help="Exit 3 if exposed communication exceeds X % of GPU-busy time.", show_default=False)] = None,
+    min_overlap_pct: Annotated[Optional[float], typer.Option(
+        metavar="X", help="Exit 3 if less than X % of communication time overlaps compute.", show_default=False)] = None,
+    max_small_p2p_pct: Annotated[Optional[float], typer.Option(
+        metavar="X", help="Exit 3 if small messages (<= 64 KiB) take more than X % of point-to-point time.",
+        show_default=False)] = None,
+    max_skew_ms: Annotated[Optional[float], typer.Option(
+        metavar="X", help="Exit 3 if ranks start one collective more than X ms apart.", show_default=False)] = None,
+) -> None:
+    """The few lines to read after a job, or --json for scripts.
+
+    Communication share of GPU time, overlap with compute, exposed communication, worst collective,
+    small-message p2p share and latency, stragglers, and what data was missing.
+
+    With a threshold option the command exits 3 when the job violates it (after printing the summary); a metric
+    that could not be computed is reported and not treated as a violation.
+
+    \b
+    Example:
+      nsys2comm summary run.duckdb
+      nsys2comm summary run.duckdb --json --max-exposed-comm-pct 25 > summary.json
+    """
+    from .summary import check_thresholds, format_summary
+
+    with _errors():
+        job = _open(sources)
+        s = job.summary()
+        check_thresholds(s, max_exposed_comm_pct=max_exposed_comm_pct, min_overlap_pct=min_overlap_pct,
+                         max_small_p2p_pct=max_small_p2p_pct, max_skew_ms=max_skew_ms)
+        if json_:
+            out_.write_document(s)
+        else:
+            out_.text(format_summary(s))
+        job.close()
+        if not s["ok"]:
+            bad = [t for t in s["thresholds"] if t["ok"] is False]
+            for t in bad:
+                out_.message(f"threshold violated: {t['what']} = {t['value']:g}, limit "
+                             f"--{t['name'].replace('_', '-')} {t['limit']:g}")
+            raise typer.Exit(EXIT_THRESHOLD)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# report
+
+
+@app.command()
+def report(
+    sources: SourcesArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (self-contained, works offline).",
+                                         dir_okay=False, show_default=False)],
+    png_dir: Annotated[Optional[Path], typer.Option("--png-dir", metavar="DIR", help="Also write each chart as PNG here.",
+                                                    file_okay=False, show_default=False)] = None,
+    svg_dir: Annotated[Optional[Path], typer.Option("--svg-dir", metavar="DIR", help="Also write each chart as SVG here.",
+                                                    file_okay=False, show_default=False)] = None,
+) -> None:
+    """Write the self-contained HTML report of a job (charts and tables of the catalog analyses).
+
+    \b
+    Example:
+      nsys2comm report fixtures/example -o report.html
+      nsys2comm report run.duckdb -o report.html --png-dir charts/
+    """
+    with _errors():
+        job = _open(sources)
+        path = job.report(output, png_dir=png_dir, svg_dir=svg_dir)
+        job.close()
+        out_.message(f"wrote {path}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# query and sql
+
+
+@app.command()
+def query(
+    sources: SourcesArg,
+    name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
+                                        help="Catalog query name (see 'nsys2comm queries list').")],
+    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", metavar="KEY=VALUE",
+                                                       help="Parameter of the query (repeatable).",
+                                                       show_default=False)] = None,
+    fmt: FormatOpt = None,
+    output: OutOpt = None,
+) -> None:
+    """Run a documented catalog query and print its rows.
+
+    \b
+    Example:
+      nsys2comm query run.duckdb step_timeline -p max_segments=50 --format csv
+      nsys2comm query fixtures/example run_overview -o overview.parquet
+    """
+    with _errors():
+        params = parse_params(param)
+        out_.infer_format(fmt, output)  # usage errors before any work
+        if catalog.find(name) is None or not catalog.find(name).public:
+            run_query(None, name, params)  # raises the 'no query named' usage error with suggestions
+        job = _open(sources)
+        df = job.query(name, **params)
+        out_.write_rows(df, fmt=fmt, out=output)
+        job.close()
+
+
+@app.command()
+def sql(
+    source: Annotated[str, typer.Argument(metavar="DB_OR_TRACES", show_default=False,
+                                          help="A job database, or a trace file, directory or quoted glob.")],
+    text: Annotated[Optional[str], typer.Argument(metavar="SQL", show_default=False,
+                                                  help="SQL statements; '-' or nothing reads them from stdin.")] = None,
+    write: Annotated[bool, typer.Option("--write", help="Allow statements that change the database.")] = False,
+    fmt: FormatOpt = None,
+    output: OutOpt = None,
+    lock_timeout: LockOpt = 60.0,
+) -> None:
+    """Run SQL on a job database; prints the rows of the last statement. Read-only unless --write.
+
+    Every catalog view and macro can be used; 'nsys2comm schema' lists tables and columns.
+
+    \b
+    Example:
+      nsys2comm sql run.duckdb "SELECT collective, count(*) AS n FROM comm_ops GROUP BY ALL"
+      echo "SELECT * FROM ranks" | nsys2comm sql run.duckdb - --format json
+    """
+    with _errors():
+        out_.infer_format(fmt, output)
+        if text is None or text == "-":
+            if text is None and hasattr(sys.stdin, "isatty") and sys.stdin.isatty():
+                raise UsageError("no SQL given", hint='pass it as an argument, or "-" to read it from stdin')
+            text = sys.stdin.read()
+        job = _open([source], write=write, lock_timeout=lock_timeout)
+        df = job.sql(text, write=write)
+        if df.width:
+            out_.write_rows(df, fmt=fmt, out=output)
+        job.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# catalog and schema
+
+
+def _first_line(s: str) -> str:
+    """First sentence of a description (the one-line description of 'queries list')."""
+    para = (s or "").strip().split("\n\n")[0].replace("\n", " ").strip()
+    m = re.match(r"(.+?[.!?])(\s|$)", para)
+    return m.group(1) if m else para
+
+
+def catalog_rows():
+    """Rows of 'queries list' (also used by the README generator)."""
+    import polars as pl
+
+    objs = catalog.public_queries()
+    return pl.DataFrame({"name": [o.name for o in objs], "area": [o.area for o in objs],
+                         "description": [_first_line(o.description) for o in objs]},
+                        schema={"name": pl.String, "area": pl.String, "description": pl.String})
+
+
+@queries_app.command("list")
+def queries_list(fmt: FormatOpt = None, output: OutOpt = None) -> None:
+    """List the catalog's queries: name, area, one-line description.
+
+    \b
+    Example:
+      nsys2comm queries list
+      nsys2comm queries list --format markdown
+    """
+    with _errors():
+        out_.write_rows(catalog_rows(), fmt=fmt, out=output)
+
+
+@queries_app.command("show")
+def queries_show(
+    name: Annotated[str, typer.Argument(help="Catalog name (see 'nsys2comm queries list').", show_default=False)],
+    json_: Annotated[bool, typer.Option("--json", help="As a JSON document.")] = False,
+) -> None:
+    """Show one catalog object: description, parameters, columns with their docs, and its SQL.
+
+    \b
+    Example:
+      nsys2comm queries show step_timeline
+    """
+    with _errors():
+        obj = catalog.find(name)
+        if obj is None:
+            names = [o.name for o in catalog.load_catalog()]
+            close = [n for n in names if name.lower() in n.lower()][:3]
+            raise UsageError(f"no catalog object named {name!r}",
+                             hint=("did you mean " + ", ".join(close) + "? " if close else "")
+                             + "see 'nsys2comm queries list'")
+        if json_:
+            out_.write_document({"name": obj.name, "kind": obj.kind, "area": obj.area,
+                                 "file": f"{obj.path.parent.name}/{obj.path.name}", "description": obj.description,
+                                 "params": obj.params, "columns": obj.columns, "sql": obj.sql})
+            return
+        lines = [f"{obj.name} ({obj.kind}{', table macro' if obj.is_table_macro else ''}; "
+                 f"queries/{obj.path.parent.name}/{obj.path.name})", "", obj.description, ""]
+        if obj.params:
+            lines.append("Parameters:")
+            lines += [f"  {k}: {v}" for k, v in obj.params.items()]
+            lines.append("")
+        if obj.columns:
+            lines.append("Columns:")
+            lines += [f"  {k}: {v}" for k, v in obj.columns.items()]
+            lines.append("")
+        lines += ["SQL:", obj.sql]
+        out_.text("\n".join(lines))
+
+
+@app.command()
+def schema(
+    source: Annotated[Optional[str], typer.Argument(metavar="[DB]", show_default=False,
+                                                    help="A job database: adds column types and the DB's own "
+                                                         "COMMENT ON docs.")] = None,
+    fmt: FormatOpt = None,
+    output: OutOpt = None,
+) -> None:
+    """Tables, views and columns of the canonical schema with their docs (from queries/, or from a database).
+
+    \b
+    Example:
+      nsys2comm schema
+      nsys2comm schema run.duckdb --format markdown
+    """
+    import polars as pl
+
+    with _errors():
+        if source is None:
+            rows = []
+            for o in catalog.load_catalog():
+                if o.kind == "macro" or not o.public:
+                    continue
+                rows.append({"object": o.name, "kind": o.kind, "column": None, "doc": _first_line(o.description)})
+                rows += [{"object": o.name, "kind": o.kind, "column": c, "doc": d} for c, d in o.columns.items()]
+            df = pl.DataFrame(rows, schema={"object": pl.String, "kind": pl.String, "column": pl.String,
+                                            "doc": pl.String})
+        else:
+            job = _open([source])
+            df = settle(job.con).sql("""
+                WITH objs AS (
+                  SELECT table_name AS object, 'table' AS kind, comment FROM duckdb_tables() WHERE NOT internal
+                  UNION ALL
+                  SELECT view_name, 'view', comment FROM duckdb_views() WHERE NOT internal
+                )
+                SELECT o.object, o.kind, NULL::VARCHAR AS "column", NULL::VARCHAR AS data_type, o.comment AS doc,
+                       -1 AS column_index
+                FROM objs o
+                UNION ALL
+                SELECT c.table_name, o.kind, c.column_name, c.data_type, c.comment, c.column_index
+                FROM duckdb_columns() c JOIN objs o ON o.object = c.table_name
+                WHERE NOT c.internal
+                ORDER BY 2, 1, 6""").pl().drop("column_index")
+            df = df.filter(~pl.col("object").str.starts_with("_"))
+            job.close()
+        out_.write_rows(df, fmt=fmt, out=output)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="nsys2comm")
+
+
+if __name__ == "__main__":
+    main()

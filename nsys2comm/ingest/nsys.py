@@ -1,0 +1,690 @@
+"""Nsight Systems SQLite export importer (``nsys export --type sqlite``), export schemas 2.9.1 to 3.25.0.
+
+Reading
+    Only stdlib ``sqlite3`` on a read-only URI (``mode=ro``, plus ``immutable=1`` when no ``-wal`` file is beside
+    it); rows are streamed with ``fetchmany`` in chunks of ``CHUNK_ROWS`` and turned into Arrow columns, names are
+    resolved from ``StringIds`` by id (only the ids the chunk needs, cached). Columns are read by name (PRAGMA
+    table_info), absent tables are normal (lazy exports) and user-added columns are ignored.
+
+Privacy
+    ``META_DATA_CAPTURE``, ``TARGET_INFO_SYSTEM_ENV`` and ``ProcessStreams`` are never queried; from the export
+    meta table only ``EXPORT_SCHEMA_VERSION``, ``EXPORT_PRODUCT_VERSION`` and ``EXPORT_HOST`` are read; StringIds
+    values are fetched only for ids referenced by kernel, runtime and NVTX rows (plus values starting with
+    ``nccl``). NVTX texts that look like a credential assignment (``*KEY*=``, ``*TOKEN*=``, ...) are replaced by
+    ``[redacted]``.
+
+Ranks (``ranks.rank_source``)
+    The ranks of a report are its processes with GPU activity (kernels, memcpy or memset); rows of other
+    processes (launchers, nsys itself) are dropped. Process order = lowest device id used, then PID. Rank numbers:
+      1. ``cli``: ``--rank N`` given -> N + position in process order;
+      2. ``nccl_comm_init``: every GPU process has a decoded NCCL comm-init payload (CommInitRank*/CommSplit
+         ``Rank`` field, needs ``--include-blobs=true``) and the ranks are distinct -> the rank in the process's
+         largest communicator (``No. of ranks`` = world_size);
+      3. ``file_name``: a single GPU process and the file name holds ``rank<N>`` (``rank_3``, ``rank-3``) -> N;
+      4. ``process_order``: position in process order (0, 1, ...).
+
+Clock (``files.clock_rule``)
+    With ``TARGET_INFO_SESSION_START_TIME``: ``utcEpochNs + (t - systemClockNs)`` when ``systemClockNs`` exists
+    (2026.x), else ``utcEpochNs + t``; without it raw timestamps are kept (offset 0).
+
+NCCL
+    NVTX ranges of domain ``NCCL`` (domain-create rows, eventType 75, per process; fallback: a domain whose
+    ranges start with ``nccl``) become ``cpu_ranges``; their extended payloads (``binaryData``, layout in the
+    nsight-systems reference §3.3: 32-byte header whose second u64 is the schema id, then the static payload) are
+    decoded with ``NVTX_PAYLOAD_SCHEMA_ENTRIES`` into ``cpu_ranges.args`` (``msg_bytes`` = NCCL's raw size field,
+    ``peer``, ``comm_id``, ``nranks``, ``rank``, ``root``, ``cuda_device``, ``redop``). ``finalize`` links every
+    communication kernel to the NCCL range (same thread) that contains its launch call (ASOF join) and fills
+    ``comm_ops``; grouped launches happen inside ``ncclGroupEnd`` and take the group's member operations (the
+    NCCL op ranges after the group's ``ncclGroupStart``; nested groups are not modelled).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import struct
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import quote
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InputError
+from .base import Batch, ReadOptions
+
+SOURCE = "nsys"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+CHUNK_ROWS = 200_000
+
+_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+_NVTX = "NVTX_EVENTS"
+_PID_SHIFT = 24
+_PID_MASK = 0xFFFFFF
+
+_REEXPORT = "nsys export --type sqlite --include-blobs=true REPORT.nsys-rep"
+_COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
+              10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+_CANON_COPY = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"}
+# ENUM_CUDA_MEM_KIND (nsys numbering, not CUPTI's): labels as Kineto prints them
+_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+             6: "Managed Static", 7: "Unknown"}
+# NVTX payload entry types (nvToolsExtPayload.h) -> struct format (LP64, little endian)
+_ENTRY_FMT = {1: "b", 2: "B", 3: "h", 4: "H", 5: "i", 6: "I", 7: "q", 8: "Q", 9: "q", 10: "Q", 11: "b", 12: "B",
+              13: "h", 14: "H", 15: "i", 16: "I", 17: "q", 18: "Q", 19: "f", 20: "d", 22: "Q", 23: "Q"}
+_SCHEMA_ID_STATIC_START = 1 << 24
+_NO_CORR = 0xFFFFFFFF
+_PAYLOAD_HEADER = 32
+# payload entry label -> args key
+_ENTRY_KEYS = {"message size [bytes]": "msg_bytes", "bytes": "msg_bytes", "peer rank": "peer",
+               "nccl communicator id": "comm_id", "no. of ranks": "nranks", "rank": "rank", "root": "root",
+               "cuda device": "cuda_device", "reduction operation": "redop",
+               "parent nccl communicator id": "parent_comm_id", "color": "color", "key": "key"}
+_SECRETISH = r"(?i)^\s*(export\s+)?[a-z0-9_.-]*(key|token|secret|passw|credential|auth)[a-z0-9_.-]*\s*="
+_TEMPLATE_INT = re.compile(r"\((unsigned long long|long long|unsigned long|long|unsigned int|unsigned short|"
+                           r"unsigned char|int|short|char)\)(-?\d+)")
+_INT_SUFFIX = {"unsigned long long": "ull", "long long": "ll", "unsigned long": "ul", "long": "l",
+               "unsigned int": "u", "int": "", "unsigned short": "", "short": "", "unsigned char": "", "char": ""}
+
+
+def sniff(path, head: bytes) -> bool:
+    return head.startswith(SQLITE_MAGIC)
+
+
+def normalise_kernel_name(name: str) -> str:
+    """nsys prints template integer arguments as ``(unsigned long)4096``; Kineto (c++filt) as ``4096ul``."""
+    if "(" not in name:
+        return name
+    return _TEMPLATE_INT.sub(lambda m: m.group(2) + _INT_SUFFIX[m.group(1)], name)
+
+
+def _api_name(name: str | None) -> str:
+    return re.sub(r"_v\d+$", "", name) if name else "unknown"
+
+
+def _err(path: Path, what: str, hint: str) -> InputError:
+    return InputError(what, path=str(path), hint=hint)
+
+
+def _check_header(path: Path) -> None:
+    """Refuse truncated files before SQLite silently reads what is left of them."""
+    try:
+        with open(path, "rb") as f:
+            hdr = f.read(100)
+        size = path.stat().st_size
+    except OSError as e:
+        raise _err(path, f"cannot read ({e.strerror})", "check the path and permissions") from None
+    if len(hdr) < 100 or not hdr.startswith(SQLITE_MAGIC):
+        raise _err(path, "is a truncated SQLite file (incomplete header)", "copy or export the file again")
+    page_size = int.from_bytes(hdr[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    n_pages = int.from_bytes(hdr[28:32], "big")
+    if page_size < 512 or (n_pages and hdr[24:28] == hdr[92:96] and size < page_size * n_pages) or size % page_size:
+        raise _err(path, f"is a truncated or corrupt SQLite file ({size} bytes, header says "
+                         f"{n_pages} pages of {page_size} bytes)", "copy or export the file again")
+
+
+class _Export:
+    def __init__(self, path: Path):
+        self.path = path
+        wal = Path(str(path) + "-wal").exists()
+        uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if wal else "&immutable=1")
+        self.con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        self.tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self._cols: dict[str, set[str]] = {}
+        self._strings: dict[int, str | None] = {}
+
+    def cols(self, table: str) -> set[str]:
+        if table not in self._cols:
+            self._cols[table] = ({r[1] for r in self.con.execute(f"PRAGMA table_info('{table}')")}
+                                 if table in self.tables else set())
+        return self._cols[table]
+
+    def col(self, table: str, name: str, alias: str | None = None, default: str = "NULL") -> str:
+        alias = alias or name
+        return f'"{name}" AS {alias}' if name in self.cols(table) else f"{default} AS {alias}"
+
+    def strings(self, ids) -> dict[int, str | None]:
+        missing = [i for i in ids if i is not None and i not in self._strings]
+        for j in range(0, len(missing), 900):
+            part = missing[j:j + 900]
+            for i in part:
+                self._strings[i] = None
+            q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
+            for i, v in self.con.execute(q, part):
+                self._strings[i] = v
+        return self._strings
+
+    def name_array(self, ids: pa.Array, fix=None) -> pa.Array:
+        """Dictionary-encoded names for an array of StringIds ids (fix: applied once per distinct name)."""
+        uniq = pc.unique(ids).drop_null()
+        keys = uniq.to_pylist()
+        s = self.strings(keys)
+        vals = [s.get(k) for k in keys]
+        if fix:
+            vals = [fix(v) for v in vals]
+        idx = pc.index_in(ids, value_set=uniq)
+        return pa.DictionaryArray.from_arrays(idx, pa.array(vals, pa.string()))
+
+    def rows(self, sql: str, params=()) -> Iterator[list[tuple]]:
+        cur = self.con.execute(sql, params)
+        while True:
+            rows = cur.fetchmany(CHUNK_ROWS)
+            if not rows:
+                return
+            yield rows
+
+
+def _i64(col) -> pa.Array:
+    return pa.array(col, pa.int64())
+
+
+class _PayloadDecoder:
+    """NVTX extended payloads -> dict of known NCCL fields, via NVTX_PAYLOAD_SCHEMA_ENTRIES."""
+
+    def __init__(self, ex: _Export):
+        self.plans: dict[tuple[int, int], tuple[list[str], struct.Struct]] = {}
+        self._by_sid: dict[int, tuple[list[str], struct.Struct]] = {}
+        self._cache: dict[tuple[int, bytes], str | None] = {}
+        t = "NVTX_PAYLOAD_SCHEMA_ENTRIES"
+        if t not in ex.tables or not {"domainId", "schemaId", "idx", "name", "type"} <= ex.cols(t):
+            return
+        off = '"offset"' if "offset" in ex.cols(t) else "NULL"
+        seen, fields = set(), {}
+        for dom, sid, idx, name, typ, o in ex.con.execute(
+                f'SELECT domainId, schemaId, idx, name, "type", {off} FROM {t} ORDER BY domainId, schemaId, idx'):
+            if (dom, sid, idx) in seen:  # one copy per process: dedupe
+                continue
+            seen.add((dom, sid, idx))
+            key = _ENTRY_KEYS.get((name or "").strip().lower())
+            if key is None or typ is None:
+                continue
+            fmt = _ENTRY_FMT.get(typ) or ("i" if typ >= _SCHEMA_ID_STATIC_START else None)
+            if fmt:
+                fields.setdefault((dom, sid), []).append((o or 0, key, fmt))
+        for k, ents in fields.items():
+            ents.sort()
+            keys, fmt, pos = [], "<", 0
+            for o, key, f in ents:
+                if o < pos or key in keys:  # overlapping or repeated fields: keep the first
+                    continue
+                fmt += f"{o - pos}x" if o > pos else ""
+                fmt += f
+                pos = o + struct.calcsize("<" + f)
+                keys.append(key)
+            self.plans[k] = (keys, struct.Struct(fmt))
+            self._by_sid.setdefault(k[1], self.plans[k])
+
+    @property
+    def entries(self) -> bool:
+        return bool(self.plans)
+
+    def decode(self, domain_id, blob) -> dict | None:
+        if not self.plans or not isinstance(blob, bytes) or len(blob) < _PAYLOAD_HEADER:
+            return None
+        sid = int.from_bytes(blob[8:16], "little")
+        plan = self.plans.get((domain_id, sid)) or self._by_sid.get(sid)
+        if plan is None:
+            return None
+        keys, st = plan
+        if len(blob) < _PAYLOAD_HEADER + st.size:
+            return None
+        out = dict(zip(keys, st.unpack_from(blob, _PAYLOAD_HEADER)))
+        for k in ("comm_id", "parent_comm_id"):
+            if k in out:
+                out[k] = str(out[k])
+        return out
+
+    def decode_json(self, domain_id, blob) -> str | None:
+        key = (domain_id, blob)
+        got = self._cache.get(key, False)
+        if got is False:
+            d = self.decode(domain_id, blob)
+            got = orjson.dumps(d).decode() if d else None
+            if len(self._cache) > 200_000:
+                self._cache.clear()
+            self._cache[key] = got
+        return got
+
+
+def _meta(ex: _Export, path: Path) -> dict:
+    table = "META_DATA_EXPORT" if "META_DATA_EXPORT" in ex.tables else (
+        "EXPORT_META_DATA" if "EXPORT_META_DATA" in ex.tables else None)
+    if "StringIds" not in ex.tables or table is None:
+        raise _err(path, "is an SQLite database but not an Nsight Systems export (no StringIds or export meta table)",
+                   f"give the file written by: {_REEXPORT}")
+    return dict(ex.con.execute(
+        f"SELECT name, value FROM {table} WHERE name IN ('EXPORT_SCHEMA_VERSION', 'EXPORT_PRODUCT_VERSION', "
+        "'EXPORT_HOST')").fetchall())
+
+
+def _clock(ex: _Export) -> tuple[int, str]:
+    t = "TARGET_INFO_SESSION_START_TIME"
+    if t in ex.tables and "utcEpochNs" in ex.cols(t):
+        sys_col = "systemClockNs" if "systemClockNs" in ex.cols(t) else "NULL"
+        row = ex.con.execute(f"SELECT utcEpochNs, {sys_col} FROM {t} WHERE utcEpochNs IS NOT NULL LIMIT 1").fetchone()
+        if row:
+            utc, sysclk = row
+            if sysclk is not None:
+                return utc - sysclk, ("utcEpochNs + (t - systemClockNs) from TARGET_INFO_SESSION_START_TIME "
+                                      "(Unix epoch ns)")
+            return utc, "utcEpochNs + t from TARGET_INFO_SESSION_START_TIME (no systemClockNs; approximate epoch)"
+    return 0, "raw nsys timestamps (no TARGET_INFO_SESSION_START_TIME; not aligned to Unix epoch)"
+
+
+def _gpu_processes(ex: _Export) -> dict[int, set[int]]:
+    """globalPid -> device ids it used (kernels, memcpy, memset)."""
+    out: dict[int, set[int]] = {}
+    for t in (_KERNEL, _MEMCPY, _MEMSET):
+        if t in ex.tables and {"globalPid", "deviceId"} <= ex.cols(t):
+            for gpid, dev in ex.con.execute(f"SELECT DISTINCT globalPid, deviceId FROM {t}"):
+                if gpid is not None and dev is not None:
+                    out.setdefault(gpid, set()).add(dev)
+    return out
+
+
+def _nccl_string_ids(ex: _Export) -> dict[int, str]:
+    return dict(ex.con.execute("SELECT id, value FROM StringIds WHERE value LIKE 'nccl%'").fetchall())
+
+
+def _domains(ex: _Export, nccl_ids: dict[int, str]) -> dict[tuple[int, int], str]:
+    """(process key = globalTid >> 24, domainId) -> domain name."""
+    out: dict[tuple[int, int], str] = {}
+    if _NVTX not in ex.tables or not {"eventType", "domainId", "globalTid"} <= ex.cols(_NVTX):
+        return out
+    text = '"text"' if "text" in ex.cols(_NVTX) else "NULL"
+    for gtid, dom, name in ex.con.execute(
+            f"SELECT globalTid, domainId, {text} FROM {_NVTX} WHERE eventType = 75 AND domainId IS NOT NULL"):
+        if gtid is not None and name:
+            out[(gtid >> _PID_SHIFT, dom)] = name
+    conds = []
+    if "text" in ex.cols(_NVTX):
+        conds.append("text LIKE 'nccl%'")
+    if "textId" in ex.cols(_NVTX) and nccl_ids:
+        conds.append(f"textId IN ({','.join(str(i) for i in nccl_ids)})")
+    if conds:
+        for pkey, dom in ex.con.execute(
+                f"SELECT DISTINCT globalTid >> {_PID_SHIFT}, domainId FROM {_NVTX} WHERE eventType IN (59, 60) "
+                f"AND domainId IS NOT NULL AND domainId <> 0 AND ({' OR '.join(conds)})"):
+            out.setdefault((pkey, dom), "NCCL")
+    return out
+
+
+def _comm_init_ranks(ex: _Export, nccl_ids: dict[int, str], dec: _PayloadDecoder) -> dict[int, tuple[int, int]]:
+    """process key -> (rank, nranks) from the largest decoded NCCL comm-init payload of that process."""
+    out: dict[int, tuple[int, int]] = {}
+    ids = [i for i, v in nccl_ids.items() if v.startswith(("ncclCommInit", "ncclCommSplit"))]
+    if not dec.entries or not ids or not {"binaryData", "textId", "domainId"} <= ex.cols(_NVTX):
+        return out
+    for gtid, dom, blob in ex.con.execute(
+            f"SELECT globalTid, domainId, binaryData FROM {_NVTX} WHERE binaryData IS NOT NULL "
+            f"AND textId IN ({','.join(str(i) for i in ids)})"):
+        d = dec.decode(dom, blob)
+        if d and "rank" in d and "nranks" in d and gtid is not None:
+            key = gtid >> _PID_SHIFT
+            if key not in out or d["nranks"] > out[key][1]:
+                out[key] = (d["rank"], d["nranks"])
+    return out
+
+
+def _assign_ranks(path: Path, procs: dict[int, set[int]], init: dict[int, tuple[int, int]],
+                  options: ReadOptions) -> tuple[dict[int, int], str, dict[int, int | None]]:
+    order = sorted(procs, key=lambda g: (min(procs[g]), (g >> _PID_SHIFT) & _PID_MASK, g))
+    world: dict[int, int | None] = {g: None for g in order}
+    if options.rank is not None:
+        return {g: options.rank + i for i, g in enumerate(order)}, "cli", world
+    keys = {g: g >> _PID_SHIFT for g in order}
+    got = [init.get(keys[g]) for g in order]
+    if all(got) and len({r for r, _ in got}) == len(got):
+        return ({g: init[keys[g]][0] for g in order}, "nccl_comm_init", {g: init[keys[g]][1] for g in order})
+    m = re.search(r"rank[_-]?(\d+)", path.name, re.I)
+    if len(order) == 1 and m:
+        return {order[0]: int(m.group(1))}, "file_name", world
+    return {g: i for i, g in enumerate(order)}, "process_order", world
+
+
+def read(path, options: ReadOptions | None = None) -> Iterator[Batch]:
+    path = Path(path)
+    options = options or ReadOptions()
+    _check_header(path)
+    try:
+        yield from _read(path, options)
+    except sqlite3.DatabaseError as e:
+        raise _err(path, f"is a corrupt or unreadable SQLite file ({e})", "copy or export the file again") from None
+
+
+def _read(path: Path, options: ReadOptions) -> Iterator[Batch]:
+    ex = _Export(path)
+    meta = _meta(ex, path)
+    if _KERNEL not in ex.tables or ex.con.execute(f"SELECT 1 FROM {_KERNEL} LIMIT 1").fetchone() is None:
+        raise _err(path, "is an Nsight Systems export without CUDA kernels",
+                   "profile with: nsys profile --trace=cuda,nvtx ... then " + _REEXPORT)
+    offset, rule = _clock(ex)
+    host = meta.get("EXPORT_HOST") or None
+    yield Batch("files", pa.table({
+        "format_version": [meta.get("EXPORT_SCHEMA_VERSION")], "producer": [meta.get("EXPORT_PRODUCT_VERSION")],
+        "host": [host], "clock_rule": [rule], "clock_offset_ns": pa.array([offset], pa.int64())}))
+
+    procs = _gpu_processes(ex)
+    nccl_ids = _nccl_string_ids(ex)
+    dec = _PayloadDecoder(ex)
+    rank_of, source, world = _assign_ranks(path, procs, _comm_init_ranks(ex, nccl_ids, dec), options)
+    gpids = sorted(rank_of)
+    yield Batch("ranks", pa.table({
+        "rank": pa.array([rank_of[g] for g in gpids], pa.int32()),
+        "pid": pa.array([(g >> _PID_SHIFT) & _PID_MASK for g in gpids], pa.int64()),
+        "host": pa.array([host] * len(gpids), pa.string()),
+        "world_size": pa.array([world[g] for g in gpids], pa.int32()),
+        "rank_source": [source] * len(gpids)}))
+    yield _devices(ex, procs, rank_of)
+
+    pkeys = pa.array([g >> _PID_SHIFT for g in gpids], pa.int64())
+    ranks_arr = pa.array([rank_of[g] for g in gpids], pa.int32())
+
+    def rank_from_key(keys: pa.Array) -> pa.Array:
+        return pc.take(ranks_arr, pc.index_in(keys, value_set=pkeys))
+
+    yield from _kernels(ex, offset, rank_from_key)
+    yield from _memops(ex, offset, rank_from_key)
+    yield from _api_calls(ex, offset, rank_from_key)
+    yield from _nvtx(ex, offset, rank_from_key, _domains(ex, nccl_ids), dec)
+    ex.con.close()
+
+
+def _devices(ex: _Export, procs: dict[int, set[int]], rank_of: dict[int, int]) -> Batch:
+    info: dict[int, tuple] = {}
+    t = "TARGET_INFO_GPU"
+    if t in ex.tables and "id" in ex.cols(t):
+        for row in ex.con.execute(f"SELECT id, {ex.col(t, 'name')}, {ex.col(t, 'smCount')}, "
+                                  f"{ex.col(t, 'totalMemory')} FROM {t}"):
+            info.setdefault(row[0], row[1:])
+    cuda: dict[tuple[int, int], int] = {}
+    t = "TARGET_INFO_CUDA_DEVICE"
+    if t in ex.tables and {"gpuId", "pid"} <= ex.cols(t):
+        for gid, pid, sms in ex.con.execute(f"SELECT gpuId, pid, {ex.col(t, 'numMultiprocessors')} FROM {t}"):
+            cuda[(pid, gid)] = sms
+    rows = []
+    for g in sorted(rank_of):
+        pid = (g >> _PID_SHIFT) & _PID_MASK
+        for dev in sorted(procs[g]):
+            name, sms, mem = info.get(dev, (None, None, None))
+            rows.append((rank_of[g], dev, name, sms if sms is not None else cuda.get((pid, dev)), mem))
+    cols = list(zip(*rows)) if rows else [[]] * 5
+    return Batch("devices", pa.table({
+        "rank": pa.array(cols[0], pa.int32()), "device_id": pa.array(cols[1], pa.int32()),
+        "name": pa.array(cols[2], pa.string()), "sm_count": pa.array(cols[3], pa.int32()),
+        "total_memory_bytes": pa.array(cols[4], pa.int64())}))
+
+
+def _kernels(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
+    """Kernels. Small integer columns are packed into one SQLite integer per group (fewer Python objects per row:
+    the fetch is what costs) and unpacked with Arrow: process key << 16 | deviceId, demangledName << 31 |
+    shortName (StringIds ids < 2^31), streamId << 32 | correlationId, grid/block x << 32 | y << 16 | z."""
+    t = _KERNEL
+    need = {"start", "end", "deviceId", "globalPid", "demangledName", "shortName"}
+    if not need <= ex.cols(t):
+        raise InputError(f"kernel table lacks columns {sorted(need - ex.cols(t))}", path=str(ex.path),
+                         hint="re-export with a supported nsys version: " + _REEXPORT)
+    have = ex.cols(t)
+    c = lambda n: f'"{n}"' if n in have else "0"  # noqa: E731
+    corr = f'ifnull("correlationId", {_NO_CORR})' if "correlationId" in have else str(_NO_CORR)
+    graph = '"graphId"' if "graphId" in have else "NULL"
+    sql = (f'SELECT "start", "end", ((globalPid >> {_PID_SHIFT}) << 16) | (deviceId & 65535), '
+           f'(demangledName << 31) | shortName, ({c("streamId")} << 32) | {corr}, '
+           f'({c("gridX")} << 32) | ({c("gridY")} << 16) | {c("gridZ")}, '
+           f'({c("blockX")} << 32) | ({c("blockY")} << 16) | {c("blockZ")}, {graph} FROM {t}')
+    n = 0
+    for rows in ex.rows(sql):
+        cols = list(zip(*rows))
+        m = len(rows)
+        pkdev, names, sc, grid, block = (_i64(cols[i]) for i in range(2, 7))
+        corr_arr = pc.bit_wise_and(sc, 0xFFFFFFFF)
+        data = {
+            "kernel_id": pa.array(range(n, n + m), pa.int64()),
+            "rank": rank_from_key(pc.shift_right(pkdev, 16)),
+            "device_id": pc.bit_wise_and(pkdev, 0xFFFF).cast(pa.int32()),
+            "stream_id": pc.shift_right(sc, 32),
+            "start_ns": pc.add(_i64(cols[0]), offset),
+            "end_ns": pc.add(_i64(cols[1]), offset),
+            "name": ex.name_array(pc.shift_right(names, 31), lambda v: normalise_kernel_name(v or "unknown")),
+            "short_name": ex.name_array(pc.bit_wise_and(names, 0x7FFFFFFF), lambda v: v or "unknown"),
+            "correlation_id": pc.if_else(pc.equal(corr_arr, _NO_CORR), pa.scalar(None, pa.int64()), corr_arr),
+        }
+        for arr, axis in ((grid, "grid"), (block, "block")):
+            data[f"{axis}_x"] = pc.shift_right(arr, 32).cast(pa.int32())
+            data[f"{axis}_y"] = pc.bit_wise_and(pc.shift_right(arr, 16), 0xFFFF).cast(pa.int32())
+            data[f"{axis}_z"] = pc.bit_wise_and(arr, 0xFFFF).cast(pa.int32())
+        data["graph_id"] = _i64(cols[7])
+        n += m
+        yield Batch("kernels", pa.table(data))
+
+
+def _memops(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
+    n = 0
+    for t, kind in ((_MEMCPY, "memcpy"), (_MEMSET, "memset")):
+        if t not in ex.tables or not {"start", "end", "deviceId", "globalPid"} <= ex.cols(t):
+            continue
+        c = ex.col
+        sql = (f'SELECT "start", "end", deviceId, globalPid >> {_PID_SHIFT}, {c(t, "streamId")}, '
+               f'{c(t, "correlationId")}, {c(t, "bytes")}, {c(t, "copyKind")}, {c(t, "srcKind")}, '
+               f'{c(t, "dstKind")}, {c(t, "memKind")} FROM {t}')
+        for rows in ex.rows(sql):
+            cols = list(zip(*rows))
+            m = len(rows)
+            if kind == "memcpy":
+                ck = [_COPY_KIND.get(k) for k in cols[7]]
+                names = [f"Memcpy {k or 'other'} ({_MEM_KIND.get(s, 'Unknown')} -> {_MEM_KIND.get(d, 'Unknown')})"
+                         for k, s, d in zip(ck, cols[8], cols[9])]
+                ck = [k if k in _CANON_COPY else "other" for k in ck]
+            else:
+                ck = [None] * m
+                names = [f"Memset ({_MEM_KIND.get(k, 'Unknown')})" for k in cols[10]]
+            yield Batch("mem_ops", pa.table({
+                "memop_id": pa.array(range(n, n + m), pa.int64()),
+                "rank": rank_from_key(_i64(cols[3])),
+                "device_id": pa.array(cols[2], pa.int32()),
+                "stream_id": _i64(cols[4]),
+                "start_ns": pc.add(_i64(cols[0]), offset), "end_ns": pc.add(_i64(cols[1]), offset),
+                "kind": pa.array([kind] * m, pa.string()), "copy_kind": pa.array(ck, pa.string()),
+                "bytes": _i64(cols[6]), "name": pa.array(names, pa.string()), "correlation_id": _i64(cols[5])}))
+            n += m
+
+
+def _keep_ranked(tbl: pa.Table) -> pa.Table:
+    mask = pc.is_valid(tbl["rank"])
+    return tbl if pc.all(mask).as_py() else tbl.filter(mask)
+
+
+def _api_calls(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
+    t = _RUNTIME
+    if t not in ex.tables or not {"start", "end", "globalTid", "nameId"} <= ex.cols(t):
+        return
+    ec = '"eventClass"' if "eventClass" in ex.cols(t) else "0"
+    sql = (f'SELECT "start", "end", globalTid, {ex.col(t, "correlationId")}, (nameId << 8) | ({ec} & 255) FROM {t}')
+    n = 0
+    for rows in ex.rows(sql):
+        cols = list(zip(*rows))
+        m = len(rows)
+        gtid = _i64(cols[2])
+        packed = _i64(cols[4])
+        tbl = pa.table({
+            "call_id": pa.array(range(n, n + m), pa.int64()),
+            "rank": rank_from_key(pc.shift_right(gtid, _PID_SHIFT)),
+            "pid": pc.bit_wise_and(pc.shift_right(gtid, _PID_SHIFT), _PID_MASK),
+            "tid": pc.bit_wise_and(gtid, _PID_MASK),
+            "start_ns": pc.add(_i64(cols[0]), offset), "end_ns": pc.add(_i64(cols[1]), offset),
+            "name": ex.name_array(pc.shift_right(packed, 8), _api_name),
+            "correlation_id": _i64(cols[3]),
+            "api": pc.if_else(pc.equal(pc.bit_wise_and(packed, 255), 1), "driver", "runtime"),
+        })
+        n += m
+        yield Batch("api_calls", _keep_ranked(tbl))
+
+
+def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: _PayloadDecoder) -> Iterator[Batch]:
+    t = _NVTX
+    if t not in ex.tables or not {"start", "eventType", "globalTid"} <= ex.cols(t):
+        return
+    blob = ex.col(t, "binaryData") if dec.entries else "NULL AS binaryData"
+    sql = (f'SELECT "start", {ex.col(t, "end")}, globalTid, {ex.col(t, "text")}, {ex.col(t, "textId")}, '
+           f'{ex.col(t, "domainId", default="0")}, {blob} FROM {t} WHERE eventType IN (59, 60)')
+    n = 0
+    for rows in ex.rows(sql):
+        cols = list(zip(*rows))
+        m = len(rows)
+        gtid = _i64(cols[2])
+        pkey = pc.shift_right(gtid, _PID_SHIFT)
+        text = pa.array(cols[3], pa.string())
+        names = pc.coalesce(text, ex.name_array(_i64(cols[4])).cast(pa.string()), pa.scalar("", pa.string()))
+        secret = pc.match_substring_regex(names, _SECRETISH)
+        if pc.any(secret).as_py():
+            names = pc.if_else(secret, "[redacted]", names)
+        doms = [domains.get((k, d)) if d else None for k, d in zip(pkey.to_pylist(), cols[5])] \
+            if domains else [None] * m
+        args = [None] * m
+        if dec.entries:
+            dj = dec.decode_json
+            args = [None if b is None else dj(d, b) for d, b in zip(cols[5], cols[6])]
+        ends = _i64(cols[1])
+        tbl = pa.table({
+            "range_id": pa.array(range(n, n + m), pa.int64()),
+            "rank": rank_from_key(pkey),
+            "pid": pc.bit_wise_and(pkey, _PID_MASK),
+            "tid": pc.bit_wise_and(gtid, _PID_MASK),
+            "start_ns": pc.add(_i64(cols[0]), offset),
+            "end_ns": pc.add(ends, offset),
+            "name": names,
+            "kind": pa.array(["nvtx"] * m, pa.string()),
+            "domain": pa.array(doms, pa.string()),
+            "args": pa.array(args, pa.string()),
+        })
+        n += m
+        yield Batch("cpu_ranges", _keep_ranked(tbl))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# finalize: comm_ops and ingest_notes in SQL over this file's canonical rows
+
+_OPS_SQL = """
+INSERT INTO comm_ops BY NAME
+WITH ck AS (
+  SELECT kernel_id, rank, correlation_id, name, short_name,
+         kernel_name_collective(kernel_short_name(name)) AS name_coll,
+         canonical_dtype(regexp_extract(kernel_short_name(name),
+           '_(?:Sum|Prod|MinMax|Max|Min|Avg|PreMulSum|SumPostDiv)_([A-Za-z0-9_]+?)(?:_(?:RING|TREE|COLLNET|NVLS|PAT)[A-Za-z0-9_]*)?$', 1)) AS name_dtype
+  FROM kernels WHERE file_id = {f} AND kernel_class = 'communication'),
+launch AS (
+  SELECT ck.kernel_id, arg_min(a.tid, a.start_ns) AS tid, min(a.start_ns) AS l_start, arg_min(a.end_ns, a.start_ns) AS l_end
+  FROM ck JOIN api_calls a ON a.file_id = {f} AND a.rank = ck.rank AND a.correlation_id = ck.correlation_id
+  GROUP BY ck.kernel_id),
+ci AS (
+  SELECT args->>'comm_id' AS comm_id, max(TRY_CAST(args->>'nranks' AS INTEGER)) AS nranks
+  FROM cpu_ranges WHERE file_id = {f} AND domain = 'NCCL' AND args->>'nranks' IS NOT NULL GROUP BY ALL),
+nr0 AS (
+  SELECT r.range_id, r.rank, r.tid, r.start_ns, coalesce(r.end_ns, r.start_ns) AS end_ns, r.name,
+         CASE WHEN r.name = 'ncclBcast' THEN 'broadcast' ELSE canonical_collective(r.name) END AS coll,
+         TRY_CAST(r.args->>'msg_bytes' AS BIGINT) AS raw, TRY_CAST(r.args->>'peer' AS INTEGER) AS local_peer,
+         r.args->>'comm_id' AS comm_id
+  FROM cpu_ranges r WHERE r.file_id = {f} AND r.kind = 'nvtx' AND r.domain = 'NCCL'),
+pm AS (  -- NCCL's peer is a rank inside the communicator: map it to a global rank through the comm-init payloads
+  SELECT args->>'comm_id' AS comm_id, TRY_CAST(args->>'rank' AS INTEGER) AS local_peer, min(rank) AS global_peer
+  FROM cpu_ranges WHERE file_id = {f} AND domain = 'NCCL' AND args->>'nranks' IS NOT NULL AND args->>'rank' IS NOT NULL
+  GROUP BY ALL),
+nr AS (
+  SELECT nr0.*, ci.nranks,
+         CASE WHEN pm.global_peer IS NOT NULL THEN pm.global_peer
+              WHEN ci.nranks IS NULL OR ci.nranks >= (SELECT max(nranks) FROM ci) THEN nr0.local_peer END AS peer,
+         last_value(CASE WHEN name IN ('ncclGroupStart', 'ncclGroupEnd') THEN name END IGNORE NULLS) OVER (
+           PARTITION BY rank, tid ORDER BY start_ns, range_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS last_marker,
+         coalesce(sum(CASE WHEN name = 'ncclGroupEnd' THEN 1 ELSE 0 END) OVER (
+           PARTITION BY rank, tid ORDER BY start_ns, range_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS ge_seq,
+         CASE coll WHEN 'all_gather' THEN raw WHEN 'reduce_scatter' THEN raw * ci.nranks
+                   WHEN 'all_to_all' THEN raw * ci.nranks WHEN 'recv' THEN NULL ELSE raw END AS in_b,
+         CASE coll WHEN 'all_gather' THEN raw * ci.nranks WHEN 'reduce_scatter' THEN raw
+                   WHEN 'all_to_all' THEN raw * ci.nranks WHEN 'send' THEN NULL ELSE raw END AS out_b,
+         CASE coll WHEN 'all_gather' THEN raw * ci.nranks WHEN 'reduce_scatter' THEN raw * ci.nranks
+                   WHEN 'all_to_all' THEN raw * ci.nranks ELSE raw END AS s_b
+  FROM nr0 LEFT JOIN ci USING (comm_id) LEFT JOIN pm USING (comm_id, local_peer)),
+grp AS (
+  SELECT rank, tid, ge_seq, count(*) AS n_ops,
+         count(DISTINCT coll) AS n_coll, any_value(coll) AS coll1,
+         bool_and(coll IN ('send', 'recv')) AS all_p2p, bool_or(coll = 'send') AS has_send, bool_or(coll = 'recv') AS has_recv,
+         count(raw) AS n_sized, sum(in_b) AS in_b, sum(out_b) AS out_b, sum(s_b) AS s_b,
+         sum(raw) FILTER (WHERE coll = 'send') AS send_b, sum(raw) FILTER (WHERE coll = 'recv') AS recv_b,
+         count(DISTINCT peer) AS n_peer, any_value(peer) AS peer1, count(peer) AS n_peer_rows,
+         count(DISTINCT comm_id) AS n_comm, any_value(comm_id) AS comm1, max(nranks) AS nranks
+  FROM nr WHERE coll IS NOT NULL AND last_marker = 'ncclGroupStart' GROUP BY rank, tid, ge_seq),
+lk AS (
+  SELECT ck.*, l.tid, l.l_start, l.l_end FROM ck LEFT JOIN launch l USING (kernel_id)),
+hit AS (
+  SELECT lk.kernel_id, r.range_id, r.name AS r_name, r.coll, r.raw, r.in_b, r.out_b, r.s_b, r.peer, r.comm_id,
+         r.nranks, r.ge_seq, r.tid AS r_tid
+  FROM lk ASOF JOIN nr r ON lk.rank = r.rank AND lk.tid = r.tid AND lk.l_start >= r.start_ns
+  WHERE lk.l_end <= r.end_ns AND (r.coll IS NOT NULL OR r.name = 'ncclGroupEnd')),
+op AS (
+  SELECT lk.kernel_id, lk.rank, lk.name_coll, lk.name_dtype, h.r_name,
+         -- one operation launched inside its own range
+         CASE WHEN h.coll IS NOT NULL THEN h.coll
+              WHEN g.n_ops IS NULL THEN NULL
+              WHEN g.all_p2p THEN CASE WHEN g.has_send AND g.has_recv THEN 'send_recv' WHEN g.has_send THEN 'send' ELSE 'recv' END
+              WHEN g.n_coll = 1 THEN g.coll1 END AS coll,
+         CASE WHEN h.coll IS NOT NULL THEN 1 ELSE g.n_ops END AS n_ops,
+         CASE WHEN h.coll IS NOT NULL THEN h.in_b
+              WHEN g.n_sized = g.n_ops THEN CASE WHEN g.all_p2p THEN g.send_b ELSE g.in_b END END AS in_b,
+         CASE WHEN h.coll IS NOT NULL THEN h.out_b
+              WHEN g.n_sized = g.n_ops THEN CASE WHEN g.all_p2p THEN g.recv_b ELSE g.out_b END END AS out_b,
+         CASE WHEN h.coll IS NOT NULL THEN h.s_b
+              WHEN g.n_sized = g.n_ops THEN CASE WHEN g.all_p2p AND g.has_send THEN g.send_b
+                                                 WHEN g.all_p2p THEN g.recv_b ELSE g.s_b END END AS s_b,
+         CASE WHEN h.coll IS NOT NULL THEN h.peer WHEN g.n_peer = 1 AND g.n_peer_rows = g.n_ops THEN g.peer1 END AS peer,
+         CASE WHEN h.coll IS NOT NULL THEN h.comm_id WHEN g.n_comm = 1 THEN g.comm1 END AS comm_id,
+         CASE WHEN h.coll IS NOT NULL THEN h.nranks WHEN g.n_comm = 1 THEN g.nranks END AS nranks
+  FROM lk LEFT JOIN hit h USING (kernel_id)
+  LEFT JOIN grp g ON h.coll IS NULL AND g.rank = lk.rank AND g.tid = h.r_tid AND g.ge_seq = h.ge_seq)
+SELECT kernel_id, {f} AS file_id, rank,
+       coalesce(coll, name_coll, 'unknown') AS collective,
+       CASE WHEN dt IS NOT NULL AND s_b IS NOT NULL THEN s_b // dtype_bytes(dt) END AS element_count,
+       dt AS dtype, in_b AS in_bytes, out_b AS out_bytes, s_b AS msg_bytes,
+       nranks AS group_size, comm_id AS pg_name, NULL AS pg_desc, NULL AS pg_ranks, peer AS peer_rank, NULL AS seq,
+       comm_id, coalesce(n_ops, 1) AS n_ops,
+       CASE WHEN coll IS NOT NULL THEN 'nvtx' ELSE 'kernel_name' END AS collective_source,
+       CASE WHEN s_b IS NOT NULL THEN 'nvtx_payload' END AS size_source,
+       CASE WHEN nranks IS NOT NULL OR comm_id IS NOT NULL THEN 'nvtx_payload' END AS group_source,
+       CASE WHEN peer IS NOT NULL THEN 'nvtx_payload' END AS peer_source
+FROM (SELECT *, CASE WHEN coalesce(coll, name_coll) IN ('all_reduce', 'reduce_scatter', 'reduce')
+                      AND name_coll = coalesce(coll, name_coll) THEN name_dtype END AS dt FROM op)
+"""
+
+
+def finalize(con, file_id: int) -> None:
+    f = int(file_id)
+    con.execute(_OPS_SQL.format(f=f))
+    n_comm, n_nvtx_linked, n_sized = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE collective_source = 'nvtx'), count(msg_bytes) "
+        f"FROM comm_ops WHERE file_id = {f}").fetchone()
+    if not n_comm:
+        return
+    has_nccl_nvtx = con.execute(
+        f"SELECT count(*) FROM cpu_ranges WHERE file_id = {f} AND domain = 'NCCL'").fetchone()[0] > 0
+    notes = []
+    if not has_nccl_nvtx:
+        notes.append((None, "warning", "no_nccl_nvtx",
+                      f"{n_comm} communication kernels but no NCCL NVTX ranges: collectives come from kernel names "
+                      "only; profile with nsys profile --trace=cuda,nvtx (NCCL >= 2.8.3, NCCL_NVTX_DISABLE unset)"))
+    else:
+        for rank, n in con.execute(
+                f"SELECT rank, count(*) FROM comm_ops WHERE file_id = {f} AND collective_source <> 'nvtx' "
+                f"GROUP BY rank ORDER BY rank").fetchall():
+            notes.append((rank, "info", "orphan_kernels",
+                          f"{n} communication kernels not linked to an NCCL NVTX range (launched outside the "
+                          "captured window or outside NCCL API calls); collective taken from the kernel name"))
+    if n_sized < n_comm:
+        notes.append((None, "warning", "no_msg_sizes",
+                      f"message sizes unknown for {n_comm - n_sized} of {n_comm} communication kernels: the export "
+                      f"has no NCCL NVTX payloads; re-export with: {_REEXPORT} (needs NCCL >= 2.16)"))
+    for rank, sev, code, msg in notes:
+        con.execute("INSERT INTO ingest_notes VALUES (?, ?, ?, ?, ?)", [f, rank, sev, code, msg])

@@ -1,0 +1,343 @@
+"""The job summary: the few numbers a person reads after a job, as a dict with stable keys.
+
+``build_summary(con)`` computes it from catalog objects only (the same documented SQL anyone can run with
+``nsys2comm query``). Each analysis object is optional: when it is missing from this build, or fails on this
+job's data, its keys are ``null`` and ``missing`` says why, so the summary never fails on partial traces.
+
+Keys (``schema_version`` 1; new keys may be added, existing keys keep their meaning and unit):
+
+=========================  ====================================================================================
+key                        meaning
+=========================  ====================================================================================
+schema_version             1
+nsys2comm_version          package version that wrote it
+ranks, files, sources      job shape: number of ranks, of trace files, and their sources ('kineto', 'nsys')
+gpu_busy_ns                GPU-busy time summed over ranks (union of kernels and memory ops per rank), ns
+comm_ns                    communication-kernel time summed over ranks (union per rank), ns
+comm_share_pct             comm_ns / gpu_busy_ns × 100
+overlap_pct                share of communication time overlapped by compute kernels, %
+exposed_comm_ns            communication time not overlapped by compute, summed over ranks, ns
+exposed_comm_pct           exposed_comm_ns / gpu_busy_ns × 100
+worst_rank_exposed_comm_pct  the highest per-rank exposed_comm_pct, with ``worst_rank``
+worst_collective           {collective, msg_bytes, msg_bytes_hi, group_size, count, total_ns, busbw_gbps, algbw_gbps}:
+                           the collective and message-size bucket [msg_bytes, msg_bytes_hi) taking the most time
+p2p                        {small_msg_share_pct, small_alpha_pct, small_msg_bytes, alpha_us, beta_gbps, r2, n_ops,
+                           small_ops}: share of p2p kernel time in messages <= small_msg_bytes (64 KiB), the part
+                           of it the fitted latency α explains, and the fit t = α + bytes/β
+max_skew_ms                largest start skew of one collective instance across its ranks, ms
+stragglers                 [{rank, times_last, wait_ns}] up to 3 likeliest stragglers (rank_wait's TraceLens
+                           order: least total wait first), only ranks that arrived last at least once
+missing                    [str] what data was missing and what to do about it (ingest notes, absent queries)
+thresholds                 [{name, limit, value, ok}] filled by :func:`check_thresholds`
+ok                         false when a threshold is violated
+=========================  ====================================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from . import __version__, catalog
+
+SCHEMA_VERSION = 1
+
+# TODO(analysis owner): the analysis objects below are being written in queries/; the column names this
+# module looks for are the likely spellings (first match wins). Settle them here once the SQL lands.
+OVERLAP = "overlap_by_rank"
+BANDWIDTH = "collective_bandwidth"
+P2P = "p2p_latency_model"
+WAIT = "rank_wait"
+SKEW = "collective_skew"
+BREAKDOWN = "time_breakdown_by_rank"
+SMALL_BYTES = 65536  # "small" point-to-point message: below 64 KiB (latency-bound), as in the report
+DIAGNOSTICS = "diagnostics"
+
+SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "sources", "gpu_busy_ns", "comm_ns",
+                "comm_share_pct", "overlap_pct", "exposed_comm_ns", "exposed_comm_pct", "worst_rank",
+                "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "max_skew_ms", "stragglers", "missing",
+                "thresholds", "ok"]
+
+
+def _query(con, name: str, missing: list[str], params: dict | None = None) -> pl.DataFrame | None:
+    obj = catalog.find(name)
+    if obj is None:
+        missing.append(f"analysis '{name}' is not in this build")
+        return None
+    from .api import run_query
+
+    try:
+        return run_query(con, name, params or {})
+    except Exception as e:  # noqa: BLE001 - a summary reports what it could not compute
+        missing.append(f"analysis '{name}' failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        return None
+
+
+def _col(df: pl.DataFrame | None, *names: str) -> str | None:
+    if df is None:
+        return None
+    return next((n for n in names if n in df.columns), None)
+
+
+def _sum(df: pl.DataFrame, col: str | None) -> float | None:
+    if col is None or df.is_empty():
+        return None
+    v = df.get_column(col).sum()
+    return None if v is None else v
+
+
+def _pct(num, den) -> float | None:
+    if num is None or not den:
+        return None
+    return round(100.0 * num / den, 3)
+
+
+def _share_pct(v) -> float | None:
+    """A share given as a fraction (0..1) or a percentage, as a percentage."""
+    if v is None:
+        return None
+    return round(100.0 * v, 3) if 0 <= v <= 1 else round(float(v), 3)
+
+
+def _int(v) -> int | None:
+    return None if v is None else int(round(v))
+
+
+def build_summary(con) -> dict[str, Any]:
+    """The summary dict of the job in ``con`` (an open job database)."""
+    missing: list[str] = []
+    s: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
+    s.update(schema_version=SCHEMA_VERSION, nsys2comm_version=__version__, stragglers=[], missing=missing,
+             thresholds=[], ok=True)
+
+    s["ranks"] = con.execute("SELECT count(*) FROM ranks").fetchall()[0][0]
+    s["files"] = con.execute("SELECT count(*) FROM files").fetchall()[0][0]
+    s["sources"] = [r[0] for r in con.execute("SELECT DISTINCT source FROM files ORDER BY source").fetchall()]
+
+    # -- communication share, overlap, exposed communication ---------------------------------------------------
+    ov = _query(con, OVERLAP, missing)
+    if ov is not None and not ov.is_empty():
+        busy_c = _col(ov, "gpu_busy_ns", "busy_ns", "gpu_time_ns", "kernel_busy_ns")
+        comm_c = _col(ov, "comm_ns", "comm_busy_ns", "comm_time_ns")
+        olap_c = _col(ov, "overlapped_ns", "comm_overlapped_ns", "overlap_ns", "comm_overlapped_by_compute_ns")
+        exp_c = _col(ov, "exposed_comm_ns", "exposed_ns", "comm_exposed_ns")
+        busy, comm = _sum(ov, busy_c), _sum(ov, comm_c)
+        if busy is None:  # GPU-busy time from the time breakdown when overlap_by_rank does not carry it
+            tb = _query(con, BREAKDOWN, missing)
+            b_c = _col(tb, "gpu_busy_ns", "busy_ns", "kernel_busy_ns")
+            if b_c:
+                busy = _sum(tb, b_c)
+            elif _col(tb, "span_ns") and _col(tb, "idle_ns"):
+                busy = _sum(tb, "span_ns") - _sum(tb, "idle_ns")
+        olap = _sum(ov, olap_c)
+        exposed = _sum(ov, exp_c)
+        if exposed is None and comm is not None and olap is not None:
+            exposed = comm - olap
+        if olap is None and comm is not None and exposed is not None:
+            olap = comm - exposed
+        s["gpu_busy_ns"], s["comm_ns"], s["exposed_comm_ns"] = _int(busy), _int(comm), _int(exposed)
+        s["comm_share_pct"] = _pct(comm, busy)
+        s["overlap_pct"] = _pct(olap, comm)
+        s["exposed_comm_pct"] = _pct(exposed, busy)
+        if busy_c and "rank" in ov.columns and (exp_c or (comm_c and olap_c)):
+            per = ov.with_columns(
+                (pl.col(exp_c) if exp_c else pl.col(comm_c) - pl.col(olap_c)).alias("_exp"))
+            per = per.with_columns((100.0 * pl.col("_exp") / pl.col(busy_c)).alias("_pct")).filter(
+                pl.col("_pct").is_not_null() & pl.col("_pct").is_not_nan()).sort(["_pct", "rank"],
+                                                                                   descending=[True, False])
+            if not per.is_empty():
+                s["worst_rank"] = int(per.get_column("rank")[0])
+                s["worst_rank_exposed_comm_pct"] = round(float(per.get_column("_pct")[0]), 3)
+        if s["comm_share_pct"] is None and s["overlap_pct"] is None:
+            missing.append(f"analysis '{OVERLAP}' has none of the expected columns")  # TODO: align names
+
+    # -- worst collective --------------------------------------------------------------------------------------
+    bw = _query(con, BANDWIDTH, missing)
+    if bw is not None and not bw.is_empty():
+        coll_c = _col(bw, "collective")
+        tot_c = _col(bw, "total_ns", "sum_ns", "total_dur_ns", "dur_ns_sum", "time_ns")
+        if coll_c and tot_c:
+            top = bw.sort(tot_c, descending=True, nulls_last=True).row(0, named=True)
+            bbw = _col(bw, "busbw_gbps", "bus_bw_gbps", "busbw_gb_s")
+            algbw = _col(bw, "algbw_gbps", "alg_bw_gbps")
+            size = _col(bw, "bucket_lo_bytes", "msg_bytes", "size_bytes")
+            count = _col(bw, "ops", "count", "n_ops", "n", "calls")
+            s["worst_collective"] = {
+                "collective": top[coll_c],
+                "msg_bytes": _int(top[size]) if size else None,
+                "msg_bytes_hi": _int(top["bucket_hi_bytes"]) if "bucket_hi_bytes" in top else None,
+                "group_size": _int(top["group_size"]) if top.get("group_size") is not None else None,
+                "count": _int(top[count]) if count else None,
+                "total_ns": _int(top[tot_c]),
+                "busbw_gbps": top[bbw] if bbw else None,
+                "algbw_gbps": top[algbw] if algbw else None,
+            }
+
+    # -- point-to-point ----------------------------------------------------------------------------------------
+    p2p_obj = catalog.find(P2P)
+    p2p = _query(con, P2P, missing, {"small_bytes": SMALL_BYTES} if p2p_obj and "small_bytes" in p2p_obj.params else None)
+    if p2p is not None and not p2p.is_empty():
+        if "scope" in p2p.columns and p2p.filter(pl.col("scope") == "all").height:
+            p2p = p2p.filter(pl.col("scope") == "all")
+        row = p2p.row(0, named=True)
+        pick = lambda *names: next((row[n] for n in names if n in row), None)  # noqa: E731
+        s["p2p"] = {
+            "small_msg_share_pct": _share_pct(pick("small_time_pct", "small_msg_share_pct", "small_share_pct",
+                                                   "small_time_share", "small_share")),
+            "small_alpha_pct": pick("small_alpha_pct"),
+            "small_msg_bytes": pick("small_msg_bytes", "small_threshold_bytes", "small_bytes") or SMALL_BYTES,
+            "alpha_us": pick("alpha_us"),
+            "beta_gbps": pick("beta_gbps", "bandwidth_gbps"),
+            "r2": pick("r2"),
+            "n_ops": pick("n", "n_ops", "count"),
+            "small_ops": pick("small_ops"),
+        }
+
+    # -- skew and stragglers ----------------------------------------------------------------------------------
+    wait = _query(con, WAIT, missing)
+    if wait is not None and not wait.is_empty() and "rank" in wait.columns:
+        last_c = _col(wait, "times_arrived_last", "times_last", "n_last", "arrived_last_count")
+        wait_c = _col(wait, "total_wait_ns", "wait_ns", "caused_wait_ns")
+        skew_c = _col(wait, "max_skew_ns", "skew_ns")
+        order_c = _col(wait, "straggler_rank_order")
+        if order_c:  # TraceLens ranking: 1 = lowest total wait = most likely straggler
+            top = wait.sort([order_c, "rank"])
+        elif last_c or wait_c:
+            top = wait.sort([c for c in (last_c, wait_c) if c] + ["rank"],
+                            descending=[True] * len([c for c in (last_c, wait_c) if c]) + [False])
+        else:
+            top = None
+        if top is not None:
+            if last_c:
+                top = top.filter(pl.col(last_c) > 0)
+            s["stragglers"] = [
+                {"rank": int(r["rank"]), "times_last": _int(r[last_c]) if last_c else None,
+                 "wait_ns": _int(r[wait_c]) if wait_c else None}
+                for r in top.head(3).iter_rows(named=True)]
+        if skew_c:
+            m = wait.get_column(skew_c).max()
+            s["max_skew_ms"] = None if m is None else round(m / 1e6, 6)
+    skew = _query(con, SKEW, missing)
+    sk_c = _col(skew, "start_skew_ns", "max_skew_ns", "skew_ns")
+    if sk_c and not skew.is_empty():
+        m = skew.get_column(sk_c).max()
+        if m is not None:
+            s["max_skew_ms"] = round(m / 1e6, 6)
+
+    # -- what was missing --------------------------------------------------------------------------------------
+    diag = _query(con, DIAGNOSTICS, []) if catalog.find(DIAGNOSTICS) else None
+    if diag is not None and "message" in diag.columns:
+        if "severity" in diag.columns:
+            diag = diag.filter(pl.col("severity") == "warning")
+        missing.extend(m for m in diag.get_column("message").to_list() if m and m not in missing)
+    else:
+        notes = con.execute("SELECT DISTINCT message FROM ingest_notes WHERE severity = 'warning' "
+                            "ORDER BY message").fetchall()
+        missing.extend(r[0] for r in notes if r[0] not in missing)
+    if s["ranks"] == 0:
+        missing.append("the job has no ranks: nothing was ingested")
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# thresholds
+
+THRESHOLDS = {
+    # option name: (summary key, 'max' | 'min', readable name)
+    "max_exposed_comm_pct": ("exposed_comm_pct", "max", "exposed communication (% of GPU-busy time)"),
+    "min_overlap_pct": ("overlap_pct", "min", "communication overlapped by compute (%)"),
+    "max_small_p2p_pct": ("p2p.small_msg_share_pct", "max", "small-message share of p2p operations (%)"),
+    "max_skew_ms": ("max_skew_ms", "max", "largest collective arrival skew (ms)"),
+}
+
+
+def _get(s: dict, dotted: str):
+    cur: Any = s
+    for part in dotted.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def check_thresholds(s: dict, **limits: float | None) -> dict:
+    """Compare the summary with limits (``max_exposed_comm_pct=20``, ...); fills ``thresholds`` and ``ok``.
+
+    A metric that could not be computed is reported with ``ok: null`` and does not fail the check.
+    """
+    results = []
+    for opt, limit in limits.items():
+        if limit is None:
+            continue
+        key, kind, what = THRESHOLDS[opt]
+        value = _get(s, key)
+        ok = None if value is None else (value <= limit if kind == "max" else value >= limit)
+        results.append({"name": opt, "metric": key, "limit": limit, "value": value, "ok": ok, "what": what})
+    s["thresholds"] = results
+    s["ok"] = all(r["ok"] is not False for r in results)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# for people
+
+
+def _ms(ns) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:,.3f} ms"
+
+
+def _p(v) -> str:
+    return "n/a" if v is None else f"{v:.1f} %"
+
+
+def _bytes(n) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def format_summary(s: dict) -> str:
+    """The summary as a few lines of text."""
+    lines = [f"job: {s['ranks']} rank(s) from {s['files']} file(s) ({', '.join(s['sources']) or 'none'})"]
+    lines.append(f"communication: {_p(s['comm_share_pct'])} of GPU-busy time ({_ms(s['comm_ns'])} of "
+                 f"{_ms(s['gpu_busy_ns'])}, summed over ranks)")
+    lines.append(f"overlap with compute: {_p(s['overlap_pct'])} of communication time")
+    worst = (f"; worst rank {s['worst_rank']}: {_p(s['worst_rank_exposed_comm_pct'])}"
+             if s.get("worst_rank") is not None else "")
+    lines.append(f"exposed communication: {_ms(s['exposed_comm_ns'])} = {_p(s['exposed_comm_pct'])} of GPU-busy time{worst}")
+    w = s.get("worst_collective")
+    if w:
+        bw = f", bus bandwidth {w['busbw_gbps']:.2f} GB/s" if isinstance(w.get("busbw_gbps"), (int, float)) else ""
+        size = _bytes(w.get("msg_bytes")) + (f"–{_bytes(w['msg_bytes_hi'])}" if w.get("msg_bytes_hi") else "")
+        lines.append(f"worst collective: {w['collective']} {size} × {w.get('count') or '?'}"
+                     f" = {_ms(w['total_ns'])}{bw}")
+    else:
+        lines.append("worst collective: n/a")
+    p = s.get("p2p")
+    if p:
+        alpha = "n/a" if p.get("alpha_us") is None else f"{p['alpha_us']:.1f} µs"
+        beta = "" if p.get("beta_gbps") is None else f", β {p['beta_gbps']:.1f} GB/s"
+        lines.append(f"point-to-point: {_p(p.get('small_msg_share_pct'))} of p2p time in messages <= "
+                     f"{_bytes(p.get('small_msg_bytes'))}; latency α {alpha}{beta}")
+    else:
+        lines.append("point-to-point: n/a")
+    if s.get("stragglers"):
+        parts = [f"rank {r['rank']}" + (f" (last {r['times_last']}×)" if r.get("times_last") is not None else "")
+                 for r in s["stragglers"]]
+        skew = f"; max skew {s['max_skew_ms']:.3f} ms" if s.get("max_skew_ms") is not None else ""
+        lines.append("stragglers: " + ", ".join(parts) + skew)
+    else:
+        lines.append("stragglers: none found" + (f" (max skew {s['max_skew_ms']:.3f} ms)"
+                                                  if s.get("max_skew_ms") is not None else ""))
+    for m in s["missing"]:
+        lines.append(f"missing: {m}")
+    for t in s["thresholds"]:
+        status = {True: "ok", False: "VIOLATED", None: "not checked (no data)"}[t["ok"]]
+        val = "n/a" if t["value"] is None else f"{t['value']:g}"
+        lines.append(f"threshold {t['name'].replace('_', '-')} {t['limit']:g}: {status} (value {val})")
+    return "\n".join(lines)

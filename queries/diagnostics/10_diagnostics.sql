@@ -1,0 +1,85 @@
+-- What the analyses cannot see, and why: importer notes plus checks on the canonical tables.
+
+-- @macro diagnostics
+-- One row per problem or notable absence: the importers' ingest_notes, then checks — no trace ingested, no
+-- kernels, no communication kernels (job or rank), one rank only (no cross-rank skew), missing ranks of the world,
+-- communication without message sizes (no histogram / bandwidth / p2p rows for them), without group size (no
+-- busbw), no steps (overlap_by_step empty), no p2p, p2p fit impossible (fewer than two sizes), and the
+-- collective matching rule in use. Every analysis still runs; this says which rows will be missing or NULL.
+-- @column severity: 'info' or 'warning'.
+-- @column code: Stable machine-readable code.
+-- @column rank: Rank concerned, or NULL for the whole job.
+-- @column affects: Objects whose output is reduced (comma-separated), or NULL.
+-- @column message: What is missing and what to do about it.
+CREATE OR REPLACE MACRO diagnostics() AS TABLE
+WITH co AS (SELECT * FROM comm_ops),
+nk AS (SELECT count(*) AS n FROM kernels),
+nc AS (SELECT count(*) AS n FROM kernels WHERE kernel_class = 'communication'),
+nr AS (SELECT count(*) AS n, max(world_size) AS ws FROM ranks),
+d AS (
+  SELECT severity, code, rank, NULL AS affects, message FROM ingest_notes
+  UNION ALL
+  SELECT 'warning', 'no_traces', NULL, 'all', 'no trace ingested: run nsys2comm ingest TRACES --db PATH'
+  WHERE (SELECT count(*) FROM files) = 0
+  UNION ALL
+  SELECT 'warning', 'no_kernels', NULL, 'all', 'no GPU kernels in the job: was CUDA activity tracing enabled?'
+  WHERE (SELECT count(*) FROM files) > 0 AND (SELECT n FROM nk) = 0
+  UNION ALL
+  SELECT 'warning', 'no_kernels', r.rank, 'overlap_by_rank, time_breakdown_by_rank', 'rank has no GPU kernels'
+  FROM ranks r WHERE (SELECT n FROM nk) > 0 AND r.rank NOT IN (SELECT DISTINCT rank FROM kernels)
+  UNION ALL
+  SELECT 'warning', 'no_comm_kernels', NULL, 'comm_kernels, overlap_by_rank, msg_size_histogram, collective_bandwidth, collective_skew',
+         'no communication kernels (NCCL/RCCL/...) in the job: overlap percentages are NULL and comm tables empty'
+  WHERE (SELECT n FROM nk) > 0 AND (SELECT n FROM nc) = 0
+  UNION ALL
+  SELECT 'info', 'no_comm_kernels', r.rank, 'comm_kernels, overlap_by_rank', 'rank ran no communication kernels'
+  FROM ranks r WHERE (SELECT n FROM nc) > 0
+    AND r.rank NOT IN (SELECT DISTINCT rank FROM kernels WHERE kernel_class = 'communication')
+  UNION ALL
+  SELECT 'info', 'single_rank', NULL, 'collective_skew, rank_wait',
+         'only one rank ingested: no cross-rank skew or straggler analysis; ingest every rank''s trace'
+  WHERE (SELECT n FROM nr) = 1
+  UNION ALL
+  SELECT 'warning', 'missing_ranks', NULL, 'collective_skew, rank_wait',
+         printf('%d of %d ranks ingested: skew and wait cover only those', (SELECT n FROM nr), (SELECT ws FROM nr))
+  WHERE (SELECT ws FROM nr) > (SELECT n FROM nr) AND (SELECT n FROM nr) > 1
+  UNION ALL
+  SELECT 'warning', 'no_msg_sizes', rank, 'msg_size_histogram, collective_bandwidth, p2p_latency_by_size, p2p_latency_model',
+         printf('%d of %d communication operations have no message size', count(*) FILTER (WHERE msg_bytes IS NULL), count(*))
+  FROM co GROUP BY rank HAVING count(*) FILTER (WHERE msg_bytes IS NULL) > 0
+  UNION ALL
+  SELECT 'info', 'no_group_size', rank, 'collective_bandwidth',
+         printf('%d sized operations have no group size: busbw is NULL for them', count(*))
+  FROM co WHERE msg_bytes IS NOT NULL AND group_size IS NULL GROUP BY rank
+  UNION ALL
+  SELECT 'info', 'no_steps', NULL, 'overlap_by_step',
+         'no ProfilerStep#N or NVTX iteration ranges: overlap_by_step has no rows'
+  WHERE (SELECT count(*) FROM files) > 0 AND NOT EXISTS (
+    SELECT 1 FROM cpu_ranges WHERE end_ns IS NOT NULL AND (
+      (kind = 'user_annotation' AND name LIKE 'ProfilerStep#%')
+      OR (kind = 'nvtx' AND regexp_matches(name, '^(ProfilerStep#|step[ _#:]*|iteration[ _#:]*|iter[ _#:]*|train_step[ _#:]*)[0-9]+$', 'i'))))
+  UNION ALL
+  SELECT 'info', 'no_p2p', NULL, 'p2p_latency_by_size, p2p_latency_model', 'no sized send/recv operations'
+  WHERE (SELECT n FROM nc) > 0
+    AND NOT EXISTS (SELECT 1 FROM co WHERE collective IN ('send', 'recv', 'send_recv') AND msg_bytes IS NOT NULL)
+  UNION ALL
+  SELECT 'info', 'p2p_fit_impossible', NULL, 'p2p_latency_model', 'fewer than two distinct p2p message sizes: no alpha-beta fit'
+  WHERE (SELECT count(DISTINCT msg_bytes) FROM co WHERE collective IN ('send', 'recv', 'send_recv')) = 1
+  UNION ALL
+  SELECT 'info', 'skew_match_rule', NULL, 'collective_skew, rank_wait',
+         'collectives matched across ranks by ' || CASE
+           WHEN count(*) FILTER (WHERE coalesce(o.collective, '') NOT IN ('send', 'recv')) > 0
+                AND bool_and(o.kernel_id IS NOT NULL AND coalesce(o.pg_name, o.comm_id) IS NOT NULL AND o.seq IS NOT NULL)
+                    FILTER (WHERE coalesce(o.collective, '') NOT IN ('send', 'recv'))
+             THEN 'process group and sequence number (rule pg_seq)'
+           WHEN count(*) FILTER (WHERE coalesce(o.collective, '') NOT IN ('send', 'recv')) > 0
+                AND bool_and(o.kernel_id IS NOT NULL AND coalesce(o.pg_name, o.comm_id) IS NOT NULL)
+                    FILTER (WHERE coalesce(o.collective, '') NOT IN ('send', 'recv'))
+             THEN 'order within each process group and collective (rule group_order)'
+           ELSE 'per-rank order of all communication kernels, no group metadata (rule rank_order, TraceLens simplified mode)' END
+  FROM kernels k LEFT JOIN comm_ops o USING (kernel_id)
+  WHERE k.kernel_class = 'communication'
+  HAVING count(*) > 0 AND (SELECT n FROM nr) > 1
+)
+SELECT severity, code, rank, affects, message FROM d
+ORDER BY CASE severity WHEN 'warning' THEN 0 ELSE 1 END, code, rank NULLS FIRST, message;

@@ -1,0 +1,101 @@
+-- Message sizes and bandwidth of communication operations. Sizes are comm_ops.msg_bytes, nccl-tests' size S
+-- (all_reduce/broadcast/reduce: the buffer; all_gather: the gathered output; reduce_scatter: the full input;
+-- all_to_all: the whole per-rank send buffer; send/recv: the bytes sent/received). Durations are kernel
+-- durations on each rank, so they include time spent waiting for late peers (see collective_skew for latency).
+-- Size buckets are powers of two: [2^k, 2^(k+1)) bytes, bucket_lo_bytes = 0 for empty messages.
+
+-- @macro _comm_sized
+-- Communication operations with their kernel duration and power-of-two size bucket.
+-- @column kernel_id: Kernel id.
+-- @column rank: Rank.
+-- @column collective: Canonical collective.
+-- @column msg_bytes: Size S (bytes), NULL when unknown.
+-- @column group_size: Ranks in the communicator, when known.
+-- @column peer_rank: Point-to-point peer, when known.
+-- @column start_ns: Kernel start (ns).
+-- @column duration_ns: Kernel duration (ns).
+-- @column bucket_lo_bytes: Lower bound of the size bucket (bytes), NULL when the size is unknown.
+CREATE OR REPLACE MACRO _comm_sized() AS TABLE
+SELECT o.kernel_id, o.rank, o.collective, o.msg_bytes, o.group_size, o.peer_rank, k.start_ns,
+       greatest(k.end_ns - k.start_ns, 0) AS duration_ns,
+       CASE WHEN o.msg_bytes IS NULL THEN NULL WHEN o.msg_bytes <= 0 THEN 0
+            ELSE CAST(1 AS BIGINT) << CAST(floor(log2(o.msg_bytes)) AS INTEGER) END AS bucket_lo_bytes
+FROM comm_ops o JOIN kernels k USING (kernel_id)
+ORDER BY o.rank, k.start_ns, o.kernel_id;
+
+-- @macro msg_size_histogram
+-- Per collective and power-of-two size bucket, over all ranks: operation count, bytes, kernel time and the
+-- bucket's share of that collective's kernel time. Operations of unknown size form one row with NULL bucket
+-- bounds, so shares add up to 100 per collective.
+-- @column collective: Canonical collective.
+-- @column bucket_lo_bytes: Bucket lower bound, inclusive (bytes); NULL for unknown sizes.
+-- @column bucket_hi_bytes: Bucket upper bound, exclusive (bytes); NULL for unknown sizes.
+-- @column ops: Operations (kernels) in the bucket, all ranks.
+-- @column ranks: Distinct ranks with operations in the bucket.
+-- @column total_bytes: Sum of msg_bytes (bytes); NULL for unknown sizes.
+-- @column total_ns: Sum of kernel durations (ns).
+-- @column mean_ns: Mean kernel duration (ns, rounded).
+-- @column time_share_pct: 100 × total_ns / the collective's total kernel time.
+CREATE OR REPLACE MACRO msg_size_histogram() AS TABLE
+WITH b AS (
+  SELECT collective, bucket_lo_bytes, count(*) AS ops, count(DISTINCT rank) AS ranks,
+         sum(msg_bytes) AS total_bytes, sum(duration_ns) AS total_ns
+  FROM _comm_sized() GROUP BY collective, bucket_lo_bytes
+)
+SELECT collective, bucket_lo_bytes,
+       CASE WHEN bucket_lo_bytes = 0 THEN 1 ELSE bucket_lo_bytes * 2 END AS bucket_hi_bytes,
+       ops, ranks, CAST(total_bytes AS BIGINT) AS total_bytes, CAST(total_ns AS BIGINT) AS total_ns,
+       CAST(round(total_ns / ops) AS BIGINT) AS mean_ns,
+       (100.0 * total_ns / nullif(sum(total_ns) OVER (PARTITION BY collective), 0))::DOUBLE AS time_share_pct
+FROM b
+ORDER BY collective, bucket_lo_bytes NULLS LAST;
+
+-- @macro collective_bandwidth_by_op
+-- Per communication operation of known size: algorithm and bus bandwidth as nccl-tests defines them,
+-- algbw = S / duration, busbw = algbw × busbw_factor(collective, group_size), in GB/s = 1e9 B/s (1 B/ns).
+-- The duration is this rank's kernel duration (it includes waiting for peers).
+-- @column kernel_id: Kernel id.
+-- @column rank: Rank.
+-- @column collective: Canonical collective.
+-- @column msg_bytes: Size S (bytes).
+-- @column group_size: Ranks in the communicator, when known.
+-- @column start_ns: Kernel start (ns).
+-- @column duration_ns: Kernel duration (ns).
+-- @column algbw_gbps: msg_bytes / duration (GB/s, 1e9 B/s); NULL for zero duration.
+-- @column busbw_factor: nccl-tests factor (2(n−1)/n all_reduce, (n−1)/n all_gather/reduce_scatter/all_to_all, 1 others).
+-- @column busbw_gbps: algbw_gbps × busbw_factor (GB/s); NULL when the factor is unknown.
+CREATE OR REPLACE MACRO collective_bandwidth_by_op() AS TABLE
+SELECT kernel_id, rank, collective, msg_bytes, group_size, start_ns, duration_ns,
+       (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns END)::DOUBLE AS algbw_gbps,
+       busbw_factor(collective, group_size)::DOUBLE AS busbw_factor,
+       (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns * busbw_factor(collective, group_size) END)::DOUBLE
+         AS busbw_gbps
+FROM _comm_sized() WHERE msg_bytes IS NOT NULL
+ORDER BY rank, start_ns, kernel_id;
+
+-- @macro collective_bandwidth
+-- Per (collective, group size, power-of-two size bucket), over all ranks: aggregate algorithm bandwidth
+-- Σ bytes / Σ kernel time and bus bandwidth (× busbw_factor), plus the median and maximum of the per-operation
+-- bus bandwidth. GB/s = 1e9 B/s. Sizes are nccl-tests S (comm_ops.msg_bytes). Unknown sizes are left out
+-- (see diagnostics).
+-- @column collective: Canonical collective.
+-- @column group_size: Ranks in the communicator, when known.
+-- @column bucket_lo_bytes: Bucket lower bound, inclusive (bytes).
+-- @column bucket_hi_bytes: Bucket upper bound, exclusive (bytes).
+-- @column ops: Operations in the bucket.
+-- @column total_bytes: Sum of msg_bytes (bytes).
+-- @column total_ns: Sum of kernel durations (ns).
+-- @column algbw_gbps: total_bytes / total_ns (GB/s).
+-- @column busbw_gbps: algbw_gbps × busbw_factor (GB/s).
+-- @column median_busbw_gbps: Median per-operation bus bandwidth (GB/s).
+-- @column max_busbw_gbps: Maximum per-operation bus bandwidth (GB/s).
+CREATE OR REPLACE MACRO collective_bandwidth() AS TABLE
+SELECT c.collective, c.group_size, s.bucket_lo_bytes,
+       CASE WHEN s.bucket_lo_bytes = 0 THEN 1 ELSE s.bucket_lo_bytes * 2 END AS bucket_hi_bytes,
+       count(*) AS ops, CAST(sum(c.msg_bytes) AS BIGINT) AS total_bytes, CAST(sum(c.duration_ns) AS BIGINT) AS total_ns,
+       (sum(c.msg_bytes) / nullif(sum(c.duration_ns), 0))::DOUBLE AS algbw_gbps,
+       (sum(c.msg_bytes) / nullif(sum(c.duration_ns), 0) * any_value(c.busbw_factor))::DOUBLE AS busbw_gbps,
+       median(c.busbw_gbps)::DOUBLE AS median_busbw_gbps, max(c.busbw_gbps)::DOUBLE AS max_busbw_gbps
+FROM collective_bandwidth_by_op() c JOIN _comm_sized() s USING (kernel_id)
+GROUP BY c.collective, c.group_size, s.bucket_lo_bytes
+ORDER BY c.collective, c.group_size NULLS LAST, s.bucket_lo_bytes;

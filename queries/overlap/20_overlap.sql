@@ -1,0 +1,190 @@
+-- Communication/computation overlap per kernel, per rank, per step, and the exact time breakdown.
+-- Definitions (default mode): computation = kernels of class gemm, attention or compute on the rank's GPU(s)
+-- (all streams); communication = kernels of class communication; memory = memory-class kernels and mem_ops
+-- (copies and memsets are neither computation nor communication). Unions merge a class's intervals first, so
+-- concurrent kernels are never double counted.
+
+-- @macro comm_kernels
+-- One row per communication kernel with its comm_ops fields and how much of it ran under computation on the
+-- same rank: overlapped_by_compute_ns = |kernel ∩ union(computation kernels)|, overlapped_by_gemm_ns the same for
+-- gemm kernels only, exposed_ns = duration_ns − overlapped_by_compute_ns (time with no computation running).
+-- Kernels without a comm_ops row appear with collective 'unknown'. Computed with intervals_covered_ns
+-- (union islands + prefix sums + ASOF lookups), not a range join.
+-- @column kernel_id: Kernel id (kernels.kernel_id).
+-- @column rank: Rank.
+-- @column device_id: Device.
+-- @column stream_id: Stream.
+-- @column start_ns: Kernel start (ns).
+-- @column end_ns: Kernel end (ns).
+-- @column duration_ns: end_ns − start_ns (ns).
+-- @column short_name: Kernel base name.
+-- @column collective: Canonical collective (comm_ops.collective), 'unknown' when no comm_ops row.
+-- @column msg_bytes: Message size in nccl-tests' convention S (bytes), when known.
+-- @column in_bytes: Input buffer bytes, when known.
+-- @column out_bytes: Output buffer bytes, when known.
+-- @column dtype: Canonical element type, when known.
+-- @column group_size: Ranks in the communicator, when known.
+-- @column pg_name: Process-group name or communicator id, when known.
+-- @column peer_rank: Point-to-point peer, when known.
+-- @column seq: Collective sequence number in its process group, when known.
+-- @column n_ops: API-level operations fused into the kernel.
+-- @column overlapped_by_compute_ns: Part of the kernel during which any computation kernel ran on the rank (ns).
+-- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
+-- @column exposed_ns: Part of the kernel with no computation running (ns).
+CREATE OR REPLACE MACRO comm_kernels() AS TABLE
+WITH _ck_comp AS (
+  SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE kernel_class IN ('gemm', 'attention', 'compute')
+), _ck_gemm AS (
+  SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE kernel_class = 'gemm'
+), _ck_probe AS (
+  SELECT rank AS grp, kernel_id AS probe_id, start_ns, end_ns FROM kernels WHERE kernel_class = 'communication'
+), c AS (SELECT grp, probe_id, covered_ns FROM intervals_covered_ns('_ck_comp', '_ck_probe')),
+g AS (SELECT grp, probe_id, covered_ns FROM intervals_covered_ns('_ck_gemm', '_ck_probe'))
+SELECT k.kernel_id, k.rank, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns,
+       k.short_name, coalesce(o.collective, 'unknown') AS collective, o.msg_bytes, o.in_bytes, o.out_bytes, o.dtype,
+       o.group_size, o.pg_name, o.peer_rank, o.seq, coalesce(o.n_ops, 1) AS n_ops,
+       c.covered_ns AS overlapped_by_compute_ns, g.covered_ns AS overlapped_by_gemm_ns,
+       greatest(k.end_ns - k.start_ns, 0) - c.covered_ns AS exposed_ns
+FROM kernels k
+JOIN c ON c.probe_id = k.kernel_id
+JOIN g ON g.probe_id = k.kernel_id
+LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id
+ORDER BY k.rank, k.start_ns, k.kernel_id;
+
+-- @macro overlap_by_rank
+-- Per rank: union of communication-kernel time and how much of it is hidden under computation.
+-- compat 'none' (default): exact ns, classes from kernels.kernel_class, memory work excluded from computation.
+-- compat 'hta': reproduces HolisticTraceAnalysis 0.5.0 get_comm_comp_overlap exactly — kernel and mem_ops names
+-- classified by HTA's regexes, start/end rounded to whole µs (ceil/floor, sub-µs events may become negative and
+-- are handled as HTA's interval merge does), the last ProfilerStep dropped when >= 2 exist (GPU work kept only
+-- when its correlation id matches a runtime call before the last step start), comm_overlap_pct rounded to 2
+-- decimals. The two differ because HTA drops a whole step, rounds to µs, and misses communication kernels whose
+-- names do not match '^nccl.*Kernel' (ncclDevKernel_* of NCCL >= 2.19, RCCL, custom all-reduce).
+-- @param compat: 'none' (exact) or 'hta' (HolisticTraceAnalysis 0.5.0 numbers).
+-- @column rank: Rank.
+-- @column span_start_ns: First GPU interval start on the rank (ns).
+-- @column span_end_ns: Last GPU interval end on the rank (ns).
+-- @column span_ns: span_end_ns − span_start_ns (ns).
+-- @column busy_ns: Time any GPU work (any class) ran (ns).
+-- @column idle_ns: span_ns − busy_ns (ns).
+-- @column compute_ns: Union of computation-kernel time (ns).
+-- @column gemm_ns: Union of gemm-kernel time (ns).
+-- @column memory_ns: Union of memory work time (ns).
+-- @column comm_ns: Union of communication-kernel time (ns).
+-- @column comm_overlapped_ns: Communication time during which computation ran (ns).
+-- @column comm_overlap_pct: 100 × comm_overlapped_ns / comm_ns (NULL without communication).
+-- @column gemm_overlapped_ns: Communication time during which a gemm kernel ran (ns).
+-- @column gemm_overlap_pct: 100 × gemm_overlapped_ns / comm_ns (NULL without communication).
+-- @column exposed_comm_ns: Communication time with no computation running: comm_ns − comm_overlapped_ns (ns).
+CREATE OR REPLACE MACRO overlap_by_rank(compat := 'none') AS TABLE
+WITH t AS (
+  SELECT * FROM _gpu_timeline WHERE compat = 'none'
+  UNION ALL
+  SELECT * FROM _gpu_state_ns(compat := 'hta') WHERE compat = 'hta'
+), s AS (
+  SELECT rank,
+    max(first_ns) FILTER (WHERE state = -1) AS span_start_ns,
+    max(last_ns) FILTER (WHERE state = -1) AS span_end_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE state > 0), 0) AS busy_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE (state & 6) <> 0), 0) AS compute_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE (state & 2) <> 0), 0) AS gemm_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE (state & 8) <> 0), 0) AS memory_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE state > 0 AND (state & 1) <> 0), 0)
+      + coalesce(sum(dur_ns) FILTER (WHERE state = -1), 0) AS comm_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE state > 0 AND (state & 1) <> 0 AND (state & 6) <> 0), 0) AS comm_overlapped_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE state > 0 AND (state & 1) <> 0 AND (state & 2) <> 0), 0) AS gemm_overlapped_ns
+  FROM t WHERE step_ord IS NULL GROUP BY rank
+), r AS (SELECT rank FROM ranks UNION SELECT rank FROM s)
+SELECT r.rank, s.span_start_ns, s.span_end_ns, s.span_end_ns - s.span_start_ns AS span_ns,
+       CAST(coalesce(s.busy_ns, 0) AS BIGINT) AS busy_ns,
+       CAST(s.span_end_ns - s.span_start_ns - s.busy_ns AS BIGINT) AS idle_ns,
+       CAST(coalesce(s.compute_ns, 0) AS BIGINT) AS compute_ns, CAST(coalesce(s.gemm_ns, 0) AS BIGINT) AS gemm_ns,
+       CAST(coalesce(s.memory_ns, 0) AS BIGINT) AS memory_ns, CAST(coalesce(s.comm_ns, 0) AS BIGINT) AS comm_ns,
+       CAST(coalesce(s.comm_overlapped_ns, 0) AS BIGINT) AS comm_overlapped_ns,
+       CASE WHEN s.comm_ns > 0 THEN
+         CASE WHEN compat = 'hta' THEN round(100.0 * s.comm_overlapped_ns / s.comm_ns, 2)
+              ELSE 100.0 * s.comm_overlapped_ns / s.comm_ns END END::DOUBLE AS comm_overlap_pct,
+       CAST(coalesce(s.gemm_overlapped_ns, 0) AS BIGINT) AS gemm_overlapped_ns,
+       CASE WHEN s.comm_ns > 0 THEN 100.0 * s.gemm_overlapped_ns / s.comm_ns END::DOUBLE AS gemm_overlap_pct,
+       CAST(coalesce(s.comm_ns - s.comm_overlapped_ns, 0) AS BIGINT) AS exposed_comm_ns
+FROM r LEFT JOIN s USING (rank)
+ORDER BY r.rank;
+
+-- @macro time_breakdown_by_rank
+-- Exact GPU time per rank in every combination of running classes — like HTA's kernel-type breakdown
+-- ("COMPUTATION overlapping COMMUNICATION", ...) but from exact unions, without µs rounding or step dropping.
+-- Categories: 'computation', 'communication', 'memory', 'computation overlapping communication',
+-- 'computation overlapping memory', 'communication overlapping memory',
+-- 'computation overlapping communication overlapping memory', and 'idle' (span minus busy). Categories are
+-- exclusive, so time_ns adds up to the span. computation = gemm ∪ attention ∪ compute kernels.
+-- @column rank: Rank.
+-- @column category: Class combination running (see description), or 'idle'.
+-- @column computation: True when computation runs in this category.
+-- @column communication: True when communication runs in this category.
+-- @column memory: True when memory work runs in this category.
+-- @column time_ns: Time in the category (ns).
+-- @column span_pct: 100 × time_ns / the rank's GPU span.
+CREATE OR REPLACE MACRO time_breakdown_by_rank() AS TABLE
+WITH t AS (SELECT * FROM _gpu_timeline WHERE step_ord IS NULL),
+c AS (
+  SELECT rank, ((state & 6) <> 0) AS computation, ((state & 1) <> 0) AS communication, ((state & 8) <> 0) AS memory,
+         sum(dur_ns) AS time_ns
+  FROM t WHERE state > 0 GROUP BY ALL
+), span AS (SELECT rank, max(last_ns) - max(first_ns) AS span_ns FROM t WHERE state = -1 GROUP BY rank),
+allc AS (
+  SELECT rank, computation, communication, memory, time_ns FROM c
+  UNION ALL
+  SELECT s.rank, false, false, false, s.span_ns - coalesce((SELECT sum(time_ns) FROM c WHERE c.rank = s.rank), 0)
+  FROM span s
+)
+SELECT a.rank,
+       CASE WHEN NOT (computation OR communication OR memory) THEN 'idle'
+            ELSE concat_ws(' overlapping ', CASE WHEN computation THEN 'computation' END,
+                           CASE WHEN communication THEN 'communication' END, CASE WHEN memory THEN 'memory' END) END
+         AS category,
+       computation, communication, memory, CAST(time_ns AS BIGINT) AS time_ns,
+       CASE WHEN s.span_ns > 0 THEN 100.0 * time_ns / s.span_ns END::DOUBLE AS span_pct
+FROM allc a JOIN span s USING (rank)
+ORDER BY a.rank, (computation OR communication OR memory) DESC,
+         computation::INT + communication::INT + memory::INT, computation DESC, communication DESC;
+
+-- @macro overlap_by_step
+-- overlap_by_rank per iteration: one row per rank and ProfilerStep#N (Kineto) or NVTX iteration range
+-- (see _steps); no rows when the trace has no steps. The step window is the range on the CPU timeline; GPU work
+-- is clipped to it (work launched in a step that runs after its end counts in the next step or none).
+-- @column rank: Rank.
+-- @column step_ord: 1, 2, ... in start order on that rank.
+-- @column step_name: Range name (e.g. 'ProfilerStep#12').
+-- @column step_no: N from the name, when present.
+-- @column step_start_ns: Step start (ns).
+-- @column step_end_ns: Step end (ns).
+-- @column step_ns: Step length (ns).
+-- @column busy_ns: Time any GPU work ran inside the step (ns).
+-- @column idle_ns: step_ns − busy_ns (ns).
+-- @column compute_ns: Union of computation-kernel time inside the step (ns).
+-- @column comm_ns: Union of communication-kernel time inside the step (ns).
+-- @column comm_overlapped_ns: Communication time during which computation ran (ns).
+-- @column comm_overlap_pct: 100 × comm_overlapped_ns / comm_ns (NULL without communication).
+-- @column gemm_overlapped_ns: Communication time during which a gemm kernel ran (ns).
+-- @column exposed_comm_ns: comm_ns − comm_overlapped_ns (ns).
+CREATE OR REPLACE MACRO overlap_by_step() AS TABLE
+WITH s AS (
+  SELECT rank, step_ord,
+    coalesce(sum(dur_ns) FILTER (WHERE state > 0), 0) AS busy_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE (state & 6) <> 0), 0) AS compute_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE (state & 1) <> 0), 0) AS comm_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE (state & 1) <> 0 AND (state & 6) <> 0), 0) AS comm_overlapped_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE (state & 1) <> 0 AND (state & 2) <> 0), 0) AS gemm_overlapped_ns
+  FROM _gpu_timeline WHERE step_ord IS NOT NULL AND state > 0 GROUP BY rank, step_ord
+)
+SELECT st.rank, st.step_ord, st.step_name, st.step_no, st.step_start_ns, st.step_end_ns,
+       st.step_end_ns - st.step_start_ns AS step_ns,
+       CAST(coalesce(s.busy_ns, 0) AS BIGINT) AS busy_ns,
+       CAST(st.step_end_ns - st.step_start_ns - coalesce(s.busy_ns, 0) AS BIGINT) AS idle_ns,
+       CAST(coalesce(s.compute_ns, 0) AS BIGINT) AS compute_ns, CAST(coalesce(s.comm_ns, 0) AS BIGINT) AS comm_ns,
+       CAST(coalesce(s.comm_overlapped_ns, 0) AS BIGINT) AS comm_overlapped_ns,
+       CASE WHEN s.comm_ns > 0 THEN 100.0 * s.comm_overlapped_ns / s.comm_ns END::DOUBLE AS comm_overlap_pct,
+       CAST(coalesce(s.gemm_overlapped_ns, 0) AS BIGINT) AS gemm_overlapped_ns,
+       CAST(coalesce(s.comm_ns - s.comm_overlapped_ns, 0) AS BIGINT) AS exposed_comm_ns
+FROM _steps() st LEFT JOIN s USING (rank, step_ord)
+ORDER BY st.rank, st.step_ord;

@@ -1,0 +1,50 @@
+-- Communication summaries for the report, built on comm_kernels (overlap area).
+
+-- @macro comm_overlap_by_collective
+-- Per collective, over all ranks: summed communication-kernel time and how much of it ran beside computation,
+-- beside GEMMs, or exposed (comm_kernels' per-kernel split, summed; kernels of one rank that run at the same
+-- time count twice, unlike overlap_by_rank's unions).
+-- @column collective: Canonical collective ('unknown' when the kernel has no comm_ops row).
+-- @column calls: Communication kernels.
+-- @column comm_ns: Summed kernel duration (ns).
+-- @column comm_overlapped_ns: Summed part of the kernels during which computation ran (ns).
+-- @column gemm_overlapped_ns: Summed part during which a GEMM kernel ran (ns).
+-- @column exposed_comm_ns: Summed part with no computation running (ns).
+-- @column exposed_pct: 100 × exposed_comm_ns / comm_ns (NULL when comm_ns is 0).
+CREATE OR REPLACE MACRO comm_overlap_by_collective() AS TABLE
+SELECT collective, count(*) AS calls, CAST(sum(duration_ns) AS BIGINT) AS comm_ns,
+       CAST(sum(overlapped_by_compute_ns) AS BIGINT) AS comm_overlapped_ns,
+       CAST(sum(overlapped_by_gemm_ns) AS BIGINT) AS gemm_overlapped_ns,
+       CAST(sum(exposed_ns) AS BIGINT) AS exposed_comm_ns,
+       100.0 * sum(exposed_ns) / nullif(sum(duration_ns), 0) AS exposed_pct
+FROM comm_kernels()
+GROUP BY collective
+ORDER BY comm_ns DESC, collective;
+
+-- @macro top_comm_kernels
+-- The communication kernels with the most total time, grouped by kernel base name and collective, over all ranks.
+-- @param n: Rows returned (default 25).
+-- @column short_name: Kernel base name (untrusted trace text).
+-- @column collective: Canonical collective.
+-- @column calls: Kernel executions.
+-- @column ranks: Ranks that ran it.
+-- @column total_ms: Summed duration (ms).
+-- @column mean_us: Mean duration (µs).
+-- @column max_us: Longest execution (µs).
+-- @column exposed_pct: 100 × summed exposed time / summed duration.
+-- @column median_msg_bytes: Median message size (bytes, nccl-tests convention), when known.
+-- @column time_share_pct: 100 × total time / all communication-kernel time.
+CREATE OR REPLACE MACRO top_comm_kernels(n := 25) AS TABLE
+WITH g AS (
+  SELECT short_name, collective, count(*) AS calls, count(DISTINCT rank) AS ranks, sum(duration_ns) AS total_ns,
+         avg(duration_ns) AS mean_ns, max(duration_ns) AS max_ns, sum(exposed_ns) AS exposed_ns,
+         median(msg_bytes) AS median_msg_bytes
+  FROM comm_kernels() GROUP BY short_name, collective
+)
+SELECT short_name, collective, calls, ranks, total_ns / 1e6 AS total_ms, mean_ns / 1e3 AS mean_us,
+       max_ns / 1e3 AS max_us, 100.0 * exposed_ns / nullif(total_ns, 0) AS exposed_pct,
+       CAST(median_msg_bytes AS BIGINT) AS median_msg_bytes,
+       100.0 * total_ns / nullif(sum(total_ns) OVER (), 0) AS time_share_pct
+FROM g
+ORDER BY total_ns DESC, short_name, collective
+LIMIT n;

@@ -1,0 +1,307 @@
+"""Kineto importer: real shared traces (counted independently from the JSON), synthetic runs in both styles,
+bad inputs, and the streaming splitter at any block size."""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fixtures.kineto_writer import write_kineto
+from fixtures.synthetic import make_run
+from nsys2comm import db
+from nsys2comm.errors import InputError
+from nsys2comm.ingest import ingest, kineto
+from nsys2comm.ingest.base import ReadOptions
+
+COMM_RE = re.compile(r"^(void )?(nccl|rccl)", re.I)
+ANNOTATION_COLL = {"nccl:all_reduce": "all_reduce", "nccl:all_to_all": "all_to_all",
+                   "nccl:_all_gather_base": "all_gather", "nccl:broadcast": "broadcast"}
+ARG_COLL = {"allreduce": "all_reduce", "broadcast": "broadcast"}
+DTYPE_SIZE = {"Float": 4, "Long": 8, "Int": 4, "BFloat16": 2, "Half": 2, "Byte": 1, "Double": 8}
+TABLES = ("files", "ranks", "devices", "kernels", "mem_ops", "cpu_ranges", "api_calls", "comm_ops", "ingest_notes")
+
+
+def _load(path: Path) -> dict:
+    op = gzip.open if path.name.endswith(".gz") else open
+    with op(path, "rb") as f:
+        return json.load(f)
+
+
+def _independent(doc: dict) -> dict:
+    """What the file holds, by plain json + regex: comm kernels and their collectives (kernel args, else the
+    nccl:* annotation enclosing the launch on the same thread), and kernel-arg message sizes."""
+    ev = doc["traceEvents"]
+    kernels = [e for e in ev if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    comm = [k for k in kernels if COMM_RE.search(k["name"])]
+    launches = {e["args"]["correlation"]: e for e in ev
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    anns = [e for e in ev if e.get("cat") == "user_annotation" and e["name"] in ANNOTATION_COLL]
+    colls = collections.Counter()
+    sizes = collections.Counter()
+    for k in comm:
+        a = k["args"]
+        if "Collective name" in a:
+            c = ARG_COLL[a["Collective name"]]
+            colls[c] += 1
+            sizes[c] += a["In msg nelems"] * DTYPE_SIZE[a["dtype"]]
+            continue
+        launch = launches[a["correlation"]]
+        enclosing = [x for x in anns if x["tid"] == launch["tid"] and x["pid"] == launch["pid"]
+                     and x["ts"] <= launch["ts"] and launch["ts"] + launch["dur"] <= x["ts"] + x["dur"]]
+        assert len(enclosing) == 1
+        colls[ANNOTATION_COLL[enclosing[0]["name"]]] += 1
+    return {"kernels": len(kernels), "comm": len(comm), "colls": colls, "sizes": sizes,
+            "rank": doc["distributedInfo"]["rank"], "world": doc["distributedInfo"]["world_size"]}
+
+
+def _files(shared_traces: Path) -> list[Path]:
+    return sorted((shared_traces / "kineto").rglob("*.json.gz"))
+
+
+@pytest.mark.parametrize("dataset", ["hta_trace_filter_2rank", "hta_nccl_parser_config", "hta_df_index_resolver",
+                                     "param_dlrm_8rank"])
+def test_shared_traces_ingest(shared_traces, dataset):
+    paths = sorted((shared_traces / "kineto" / dataset).glob("*.json.gz"))
+    assert paths
+    con = db.connect(None)
+    res = ingest(con, paths, jobs=1)
+    assert [r.status for r in res] == ["ingested"] * len(paths)
+    for r, path in zip(res, paths):
+        exp = _independent(_load(path))
+        fid = r.file_id
+        q = lambda sql: con.execute(sql, [fid]).fetchall()  # noqa: E731
+        assert q("SELECT rank, world_size, rank_source FROM ranks WHERE file_id = ?") == [
+            (exp["rank"], exp["world"], "distributedInfo")]
+        assert q("SELECT count(*) FROM kernels WHERE file_id = ?")[0][0] == exp["kernels"]
+        assert q("SELECT count(*) FROM kernels WHERE file_id = ? AND kernel_class = 'communication'")[0][0] == exp["comm"]
+        assert q("SELECT count(*) FROM comm_ops WHERE file_id = ?")[0][0] == exp["comm"]
+        got = dict(q("SELECT collective, count(*) FROM comm_ops WHERE file_id = ? GROUP BY 1"))
+        assert got == dict(exp["colls"])
+        if exp["sizes"]:
+            got_sizes = dict(q("SELECT collective, sum(msg_bytes) FROM comm_ops WHERE file_id = ? GROUP BY 1"))
+            assert got_sizes == dict(exp["sizes"])
+        # the staging rows are gone and every time is on the epoch (after 2020)
+        assert q("SELECT count(*) FROM cpu_ranges WHERE file_id = ? AND kind = '_kernel_args'")[0][0] == 0
+        assert q("SELECT min(start_ns) > 1577836800000000000 FROM kernels WHERE file_id = ?")[0][0]
+
+
+def test_nccl_parser_config_details(shared_traces):
+    path = shared_traces / "kineto" / "hta_nccl_parser_config" / "nccl_data.json.gz"
+    doc = _load(path)
+    first = min((e for e in doc["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    con = db.connect(None)
+    ingest(con, [path], jobs=1)
+    assert con.execute("SELECT clock_offset_ns FROM files").fetchone()[0] == doc["baseTimeNanoseconds"]
+    assert con.execute("SELECT min(start_ns) FROM kernels").fetchone()[0] == \
+        doc["baseTimeNanoseconds"] + round(first["ts"] * 1000)
+    rows = con.execute("SELECT DISTINCT group_size, pg_name, pg_desc, pg_ranks, collective_source, size_source "
+                       "FROM comm_ops").fetchall()
+    assert rows == [(2, "0", "default_pg", [0, 1], "kernel_args", "kernel_args")]
+    exp = collections.Counter(
+        (ARG_COLL[e["args"]["Collective name"]], {"Float": "float32", "Long": "int64"}[e["args"]["dtype"]])
+        for e in doc["traceEvents"] if e.get("cat") == "kernel" and "Collective name" in e.get("args", {}))
+    got = collections.Counter(con.execute("SELECT collective, dtype FROM comm_ops").fetchall())
+    assert got == exp
+
+
+def test_old_traces_note_missing_sizes(shared_traces):
+    path = shared_traces / "kineto" / "hta_df_index_resolver" / "df_index_resolver.json.gz"
+    con = db.connect(None)
+    ingest(con, [path], jobs=1)
+    codes = {r[0] for r in con.execute("SELECT code FROM ingest_notes").fetchall()}
+    assert "no_msg_sizes" in codes
+    assert con.execute("SELECT DISTINCT collective_source FROM comm_ops").fetchall() == [("launch_annotation",)]
+
+
+# ---------------------------------------------------------------------------------------------- synthetic
+
+
+def _expected(run):
+    return {(rr.rank, op.kernel.correlation): op for rr in run.ranks for op in rr.comm}
+
+
+@pytest.mark.parametrize("style,gz", [("old", False), ("new", True), ("new", False)])
+def test_synthetic_run(tmp_path, style, gz):
+    run = make_run(world_size=4, steps=2, era=style)
+    paths = write_kineto(run, tmp_path, style, gz=gz)
+    con = db.connect(None)
+    res = ingest(con, paths, jobs=1)
+    assert [r.status for r in res] == ["ingested"] * 4
+    assert con.execute("SELECT rank, world_size, rank_source FROM ranks ORDER BY 1").fetchall() == [
+        (r, 4, "distributedInfo") for r in range(4)]
+    # kernels: exact names, times (old style: integer µs), correlation
+    got_k = sorted(con.execute("SELECT rank, correlation_id, name, start_ns, device_id, stream_id FROM kernels").fetchall())
+    exp_k = sorted((k.rank, k.correlation, k.name, k.start_ns // 1000 * 1000 if style == "old" else k.start_ns,
+                    k.device, k.stream) for k in run.all_kernels())
+    assert got_k == exp_k
+    exp = _expected(run)
+    got = {(r[0], r[1]): r[2:] for r in con.execute(
+        "SELECT c.rank, k.correlation_id, collective, msg_bytes, in_bytes, peer_rank, group_size, pg_ranks, seq, dtype "
+        "FROM comm_ops c JOIN kernels k USING (kernel_id)").fetchall()}
+    assert set(got) == set(exp)
+    for key, op in exp.items():
+        coll, msg, in_b, peer, gs, pgr, seq, dtype = got[key]
+        assert coll == op.collective, key
+        if style == "new":
+            assert (msg, in_b, peer, gs, pgr, seq) == (op.msg_bytes, op.in_bytes, op.peer, op.group_size,
+                                                       op.pg_ranks, op.seq), key
+        else:  # old: sizes from Input Dims x Input type; no group size, so all_gather's output is unknown
+            assert msg == (None if op.collective == "all_gather" else op.msg_bytes), key
+            assert (peer, gs, seq) == (None, None, None)
+        assert dtype == {"BFloat16": "bfloat16", "Float": "float32", "Byte": "uint8"}[op.dtype]
+    assert con.execute("SELECT count(*) FROM mem_ops").fetchone()[0] == sum(len(rr.memops) for rr in run.ranks)
+    assert con.execute("SELECT count(*) FROM cpu_ranges WHERE name LIKE 'ProfilerStep#%' AND kind = 'user_annotation'"
+                       ).fetchone()[0] == 8
+    assert con.execute("SELECT count(*) FROM devices").fetchone()[0] == 4
+    assert con.execute("SELECT DISTINCT name FROM devices").fetchall() == [("NVIDIA H100 80GB HBM3",)]
+
+
+def test_rank_from_file_name_and_cli(tmp_path):
+    run = make_run(world_size=2, steps=1)
+    p = write_kineto(run, tmp_path, "new")[1]
+    doc = json.loads(p.read_bytes())
+    del doc["distributedInfo"]
+    q = tmp_path / "trace_rank_5.json"
+    q.write_text(json.dumps(doc))
+    con = db.connect(None)
+    ingest(con, [q], jobs=1)
+    assert con.execute("SELECT rank, rank_source FROM ranks").fetchall() == [(5, "file_name")]
+    assert con.execute("SELECT DISTINCT rank FROM kernels").fetchall() == [(5,)]
+    assert ("no_rank_info",) in con.execute("SELECT code FROM ingest_notes").fetchall()
+    con2 = db.connect(None)
+    ingest(con2, [p], rank=3, jobs=1)
+    assert con2.execute("SELECT rank, rank_source FROM ranks").fetchall() == [(3, "cli")]
+    assert con2.execute("SELECT DISTINCT rank FROM comm_ops").fetchall() == [(3,)]
+
+
+@pytest.mark.parametrize("name,expected", [("rank-3.json", 3), ("rank3.json.gz", 3), ("worker3_step_1.pt.trace.json", 3),
+                                           ("job_rank_12.json", 12), ("host_123.1700.pt.trace.json", None)])
+def test_rank_from_file_name(name, expected):
+    assert kineto.rank_from_file_name(name) == expected
+
+
+def test_odd_types_fall_back(tmp_path):
+    """String pid/tid, string numbers in args and float correlation take the tolerant path, not an error."""
+    run = make_run(world_size=2, steps=1)
+    p = write_kineto(run, tmp_path, "new")[0]
+    doc = json.loads(p.read_bytes())
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and "Group size" in e.get("args", {}):
+            e["args"]["Group size"] = str(e["args"]["Group size"])
+            e["args"]["correlation"] = float(e["args"]["correlation"])
+    q = tmp_path / "odd.json"
+    q.write_text(json.dumps(doc))
+    con = db.connect(None)
+    ingest(con, [q], jobs=1)
+    assert con.execute("SELECT DISTINCT group_size FROM comm_ops WHERE collective = 'all_reduce'").fetchall() == [(2,)]
+
+
+def test_no_kernels_note(tmp_path):
+    p = tmp_path / "cpu_only.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1},
+                             "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
+                                              "ts": 1, "dur": 2}]}))
+    con = db.connect(None)
+    ingest(con, [p], jobs=1)
+    assert ("no_gpu_kernels",) in con.execute("SELECT code FROM ingest_notes").fetchall()
+
+
+# ---------------------------------------------------------------------------------------------- bad inputs
+
+
+def _counts(con):
+    return [con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES]
+
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    run = make_run(world_size=2, steps=1)
+    good = write_kineto(run, tmp_path / "good", "new")[0]
+    data = good.read_bytes()
+    out = {}
+    out["truncated_json"] = tmp_path / "trunc.json"
+    out["truncated_json"].write_bytes(data[: len(data) // 2])
+    out["truncated_tail"] = tmp_path / "trunc_tail.json"
+    out["truncated_tail"].write_bytes(data[:-40])
+    gz = gzip.compress(data)
+    out["truncated_gzip"] = tmp_path / "trunc.json.gz"
+    out["truncated_gzip"].write_bytes(gz[: len(gz) * 2 // 3])
+    out["not_a_trace"] = tmp_path / "config.json"
+    out["not_a_trace"].write_text(json.dumps({"model": "llama", "layers": [1, 2, 3]}))
+    out["empty"] = tmp_path / "empty.json"
+    out["empty"].write_bytes(b"")
+    return out
+
+
+@pytest.mark.parametrize("kind", ["truncated_json", "truncated_tail", "truncated_gzip", "not_a_trace", "empty"])
+def test_bad_inputs(tmp_path, kind):
+    path = _bad_files(tmp_path)[kind]
+    dbp = tmp_path / "job.duckdb"
+    con = db.connect(dbp, write=True)
+    good = write_kineto(make_run(world_size=1, steps=1), tmp_path / "ok", "old")
+    ingest(con, good, jobs=1)
+    before = _counts(con)
+    with pytest.raises(InputError) as ei:
+        ingest(con, [path], jobs=1)
+    msg = str(ei.value)
+    assert str(path) in msg and "\n" not in msg
+    assert _counts(con) == before
+    con.close()
+
+
+# ---------------------------------------------------------------------------------------------- splitter
+
+
+def _rows(paths_or_path, **extra):
+    out = collections.defaultdict(list)
+    for b in kineto.read(paths_or_path, ReadOptions(extra=extra.pop("extra", {})), **extra):
+        out[b.table].extend(tuple(sorted(r.items())) for r in b.data.to_pylist())
+    return {t: sorted(v, key=repr) for t, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def split_trace(tmp_path_factory):
+    run = make_run(world_size=2, steps=1)
+    d = tmp_path_factory.mktemp("split")
+    return write_kineto(run, d / "pretty", "old", pretty=True)[0], write_kineto(run, d / "compact", "new", pretty=False)[0]
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 333, 4096, 1 << 20])
+@pytest.mark.parametrize("which", [0, 1])
+def test_splitter_block_size_invariant(split_trace, block, which):
+    path = split_trace[which]
+    ref = _rows(path, extra={"kineto_workers": 0})
+    assert ref["kernels"]
+    assert _rows(path, block=block, extra={"kineto_workers": 0}) == ref
+
+
+def test_splitter_parallel_matches_sequential(split_trace):
+    path = split_trace[1]
+    ref = _rows(path, extra={"kineto_workers": 0})
+    assert _rows(path, block=2048, extra={"kineto_workers": 2}) == ref
+
+
+def test_splitter_property(tmp_path):
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+    names = st.text(alphabet=st.sampled_from(list('ab}{,[]" \\\n:')), max_size=12)
+
+    @hyp.settings(max_examples=40, deadline=None)
+    @hyp.given(st.lists(names, min_size=1, max_size=30), st.integers(1, 200), st.booleans())
+    def check(kernel_names, block, pretty):
+        events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": 1000 + i, "dur": 1,
+                   "args": {"correlation": i, "nested": [{"x": "}, {"}, {"y": 1}]}} for i, n in enumerate(kernel_names)]
+        doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events,
+               "baseTimeNanoseconds": 5, "INFO": ["}, {", "]"]}
+        p = tmp_path / "h.json"
+        p.write_text(json.dumps(doc, indent=1 if pretty else None))
+        got = [b.data for b in kineto.read(p, ReadOptions(extra={"kineto_workers": 0}), block=block)
+               if b.table == "kernels"]
+        rows = sorted((r["correlation_id"], r["name"]) for t in got for r in t.to_pylist())
+        assert rows == [(i, n) for i, n in enumerate(kernel_names)]
+
+    check()
