@@ -65,5 +65,5 @@ def unmaterialize(con) -> None:
         con.execute(f"DROP VIEW IF EXISTS temp.{view}")
         con.execute(f"DROP TABLE IF EXISTS temp.{table}")
         # read-only sessions hold the helper as a TEMP view only: recreate it
-        if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [view]).fetchone()[0]:
+        if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [view]).fetchall()[0][0]:
             con.execute(obj.sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))

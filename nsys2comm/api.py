@@ -115,6 +115,12 @@ def run_query(con, name: str, params: dict[str, Any] | None = None) -> pl.DataFr
         close = [k for k in known if name.lower() in k.lower() or k.lower() in name.lower()][:3]
         raise UsageError(f"no query named {name!r}",
                          hint=("did you mean " + ", ".join(close) + "? " if close else "") + "see 'nsys2comm queries list'")
+    # parameter names are a usage matter (exit 2), checked here against the catalog docs for every backend
+    unknown = sorted(set(params) - set(obj.params))
+    if unknown:
+        if obj.params:
+            raise UsageError(f"{name} has no parameter {', '.join(unknown)}", hint="parameters: " + ", ".join(obj.params))
+        raise UsageError(f"{name} takes no parameters", hint="filter its rows with 'nsys2comm sql'")
     try:
         from .analysis import run_query as _run  # owned by the analysis module
     except ImportError:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -71,7 +72,7 @@ def test_comm_kernels_consistent_with_rank_totals(con):
     assert (ck["exposed_ns"] == ck["duration_ns"] - ck["overlapped_by_compute_ns"]).all()
     assert (ck["overlapped_by_gemm_ns"] <= ck["overlapped_by_compute_ns"]).all()
     # comm kernels of one rank never overlap each other here, so per-kernel sums equal the unions
-    per = ck.group_by("rank").agg(ck["overlapped_by_compute_ns"].sum().alias("o")).sort("rank")
+    per = ck.group_by("rank").agg(pl.col("overlapped_by_compute_ns").sum().alias("o")).sort("rank")
     assert per["o"].to_list() == ov.sort("rank")["comm_overlapped_ns"].to_list()
     assert set(ck["collective"]) == {"all_reduce", "all_gather", "reduce_scatter", "send", "recv"}
 
@@ -93,7 +94,7 @@ def test_overlap_by_step(con, run):
     assert sorted(set(st_df["step_name"])) == ["ProfilerStep#100", "ProfilerStep#101"]
     ov = analysis.run_query(con, "overlap_by_rank")
     # the synthetic steps contain all GPU work, so steps add up to the rank totals
-    agg = st_df.group_by("rank").agg(st_df["comm_ns"].sum(), st_df["comm_overlapped_ns"].sum()).sort("rank")
+    agg = st_df.group_by("rank").agg(pl.col("comm_ns").sum(), pl.col("comm_overlapped_ns").sum()).sort("rank")
     assert agg["comm_ns"].to_list() == ov.sort("rank")["comm_ns"].to_list()
     assert agg["comm_overlapped_ns"].to_list() == ov.sort("rank")["comm_overlapped_ns"].to_list()
 
@@ -180,7 +181,7 @@ def test_hta_compat_on_synthetic(con):
     hta = analysis.run_query(con, "overlap_by_rank", {"compat": "hta"})
     full = analysis.run_query(con, "overlap_by_rank")
     assert (hta["comm_ns"] < full["comm_ns"]).all()
-    step1 = analysis.run_query(con, "overlap_by_step").filter("step_ord == 1").sort("rank")
+    step1 = analysis.run_query(con, "overlap_by_step").filter(pl.col("step_ord") == 1).sort("rank")
     assert hta.sort("rank")["comm_ns"].to_list() == step1["comm_ns"].to_list()
 
 

@@ -726,9 +726,7 @@ _FIELDS = """
     TRY_CAST(a->>'Seq' AS BIGINT) AS seq,
     a->>'Comms Id' AS comm_id,
     TRY_CAST(a->>'External id' AS BIGINT) AS ext_id,
-    canonical_dtype(CASE lower((a->'Input type')->>0) WHEN 'unsigned char' THEN 'uint8' WHEN 'signed char' THEN 'int8'
-                    WHEN 'long long' THEN 'int64' WHEN 'unsigned long' THEN 'uint64' ELSE (a->'Input type')->>0 END)
-        AS dims_dtype,
+    canonical_dtype((a->'Input type')->>0) AS dims_dtype,
     list_aggregate(TRY_CAST(CAST((a->'Input Dims')->0 AS VARCHAR) AS BIGINT[]), 'product') AS dims_nelems
 """
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import duckdb
 import pyarrow as pa
+
+from ..errors import InputError
 
 from .base import ID_COLUMNS, ID_SHIFT, Batch
 
@@ -20,6 +23,8 @@ def insert_batch(con, file_id: int, batch: Batch) -> None:
         if sets:
             con.execute(f"UPDATE files SET {sets} WHERE file_id = ?", [row[c] for c in _FILE_COLUMNS if c in row] + [file_id])
         return
+    if batch.table == "ranks":
+        _check_rank_collisions(con, data)
     con.register("_batch", data)
     try:
         exprs = [f"{file_id}::INTEGER AS file_id"]
@@ -41,8 +46,20 @@ def insert_batch(con, file_id: int, batch: Batch) -> None:
         exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
         con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
     finally:
-        con.unregister("_batch")
+        try:
+            con.unregister("_batch")
+        except duckdb.Error:
+            pass  # an aborted transaction refuses even this; the original error is the one to report
 
 
-def empty_like(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()
+def _check_rank_collisions(con, ranks: pa.Table) -> None:
+    """Two files claiming one rank are two jobs mixed in one database (or a rank the trace could not tell)."""
+    wanted = [r for r in ranks.column("rank").to_pylist() if r is not None]
+    if not wanted:
+        return
+    clash = con.execute(
+        "SELECT r.rank, f.path FROM ranks r JOIN files f USING (file_id) WHERE r.rank IN (SELECT unnest(?)) "
+        "ORDER BY r.rank LIMIT 1", [wanted]).fetchone()
+    if clash:
+        raise InputError(f"rank {clash[0]} is already in this job database (from {clash[1]})",
+                         hint="traces of another job belong in another --db; give --rank N if the rank was guessed")
