@@ -7,7 +7,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,7 +16,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from ..errors import InputError
-from .base import Batch, ReadOptions
+from .base import Batch, ReadOptions, process_pool
 from .writer import insert_batch
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
@@ -199,7 +198,7 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, keep_go
 
     tmp = tempfile.mkdtemp(prefix="nsys2comm-")
     try:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with process_pool(jobs) as pool:
             futures = []
             for i, (path, sha, mod) in enumerate(todo):
                 d = os.path.join(tmp, str(i))

@@ -34,3 +34,12 @@ class ReadOptions:
 
 ID_COLUMNS = {"kernels": "kernel_id", "mem_ops": "memop_id", "cpu_ranges": "range_id", "api_calls": "call_id"}
 ID_SHIFT = 40  # job-unique id = file_id << 40 | index in file
+
+
+def process_pool(workers: int):
+    """A process pool safe to start from a process that runs DuckDB threads: forkserver, not fork
+    (a forked child can inherit locks held by other threads and hang or crash)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))

@@ -35,7 +35,7 @@ import orjson
 import pyarrow as pa
 
 from ..errors import InputError
-from .base import Batch, ReadOptions
+from .base import Batch, ReadOptions, process_pool
 from .kineto_stream import BLOCK
 
 SOURCE = "kineto"
@@ -569,10 +569,7 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
 
     try:
         if nworkers > 0:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            pool = ProcessPoolExecutor(max_workers=nworkers, mp_context=multiprocessing.get_context("fork"))
+            pool = process_pool(nworkers)
         parallel = pool is not None
         for what, piece in src:
             if what == "tail":

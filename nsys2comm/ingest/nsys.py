@@ -183,6 +183,20 @@ def _i64(col) -> pa.Array:
     return pa.array(col, pa.int64())
 
 
+_IDS = pa.array(range(CHUNK_ROWS), pa.int64())
+
+
+def _ids(n: int, m: int) -> pa.Array:
+    """Row indexes n .. n+m-1."""
+    return pc.add(_IDS.slice(0, m), n) if m <= CHUNK_ROWS else pa.array(range(n, n + m), pa.int64())
+
+
+def _columns(rows: list[tuple], types: list[pa.DataType]) -> list[pa.Array]:
+    """Row tuples -> one Arrow array per column, converted in C (2-3x faster than zip(*rows) + pa.array)."""
+    st = pa.struct([(f"c{i}", t) for i, t in enumerate(types)])
+    return pa.array(rows, type=st).flatten()
+
+
 class _PayloadDecoder:
     """NVTX extended payloads -> dict of known NCCL fields, via NVTX_PAYLOAD_SCHEMA_ENTRIES."""
 
@@ -390,7 +404,11 @@ def _read(path: Path, options: ReadOptions) -> Iterator[Batch]:
 
     yield from _kernels(ex, offset, rank_from_key)
     yield from _memops(ex, offset, rank_from_key)
-    yield from _api_calls(ex, offset, rank_from_key)
+    # index 127 = not a rank (launchers, nsys): take() gives NULL there and the rows are dropped
+    pad = 128 - len(gpids)
+    yield from _api_calls(ex, offset, [g >> _PID_SHIFT for g in gpids],
+                          pa.array([rank_of[g] for g in gpids] + [None] * pad, pa.int32()),
+                          pa.array([(g >> _PID_SHIFT) & _PID_MASK for g in gpids] + [None] * pad, pa.int64()))
     yield from _nvtx(ex, offset, rank_from_key, _domains(ex, nccl_ids), dec)
     ex.con.close()
 
@@ -439,17 +457,17 @@ def _kernels(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
            f'({c("blockX")} << 32) | ({c("blockY")} << 16) | {c("blockZ")}, {graph} FROM {t}')
     n = 0
     for rows in ex.rows(sql):
-        cols = list(zip(*rows))
+        cols = _columns(rows, [pa.int64()] * 8)
         m = len(rows)
-        pkdev, names, sc, grid, block = (_i64(cols[i]) for i in range(2, 7))
+        pkdev, names, sc, grid, block = cols[2:7]
         corr_arr = pc.bit_wise_and(sc, 0xFFFFFFFF)
         data = {
-            "kernel_id": pa.array(range(n, n + m), pa.int64()),
+            "kernel_id": _ids(n, m),
             "rank": rank_from_key(pc.shift_right(pkdev, 16)),
             "device_id": pc.bit_wise_and(pkdev, 0xFFFF).cast(pa.int32()),
             "stream_id": pc.shift_right(sc, 32),
-            "start_ns": pc.add(_i64(cols[0]), offset),
-            "end_ns": pc.add(_i64(cols[1]), offset),
+            "start_ns": pc.add(cols[0], offset),
+            "end_ns": pc.add(cols[1], offset),
             "name": ex.name_array(pc.shift_right(names, 31), lambda v: normalise_kernel_name(v or "unknown")),
             "short_name": ex.name_array(pc.bit_wise_and(names, 0x7FFFFFFF), lambda v: v or "unknown"),
             "correlation_id": pc.if_else(pc.equal(corr_arr, _NO_CORR), pa.scalar(None, pa.int64()), corr_arr),
@@ -458,7 +476,7 @@ def _kernels(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
             data[f"{axis}_x"] = pc.shift_right(arr, 32).cast(pa.int32())
             data[f"{axis}_y"] = pc.bit_wise_and(pc.shift_right(arr, 16), 0xFFFF).cast(pa.int32())
             data[f"{axis}_z"] = pc.bit_wise_and(arr, 0xFFFF).cast(pa.int32())
-        data["graph_id"] = _i64(cols[7])
+        data["graph_id"] = cols[7]
         n += m
         yield Batch("kernels", pa.table(data))
 
@@ -484,12 +502,12 @@ def _memops(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
                 ck = [None] * m
                 names = [f"Memset ({_MEM_KIND.get(k, 'Unknown')})" for k in cols[10]]
             yield Batch("mem_ops", pa.table({
-                "memop_id": pa.array(range(n, n + m), pa.int64()),
+                "memop_id": _ids(n, m),
                 "rank": rank_from_key(_i64(cols[3])),
                 "device_id": pa.array(cols[2], pa.int32()),
                 "stream_id": _i64(cols[4]),
                 "start_ns": pc.add(_i64(cols[0]), offset), "end_ns": pc.add(_i64(cols[1]), offset),
-                "kind": pa.array([kind] * m, pa.string()), "copy_kind": pa.array(ck, pa.string()),
+                "kind": pa.repeat(pa.scalar(kind), m), "copy_kind": pa.array(ck, pa.string()),
                 "bytes": _i64(cols[6]), "name": pa.array(names, pa.string()), "correlation_id": _i64(cols[5])}))
             n += m
 
@@ -499,27 +517,37 @@ def _keep_ranked(tbl: pa.Table) -> pa.Table:
     return tbl if pc.all(mask).as_py() else tbl.filter(mask)
 
 
-def _api_calls(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
+def _api_calls(ex: _Export, offset: int, rank_keys: list[int], ranks_arr: pa.Array, pids_arr: pa.Array
+               ) -> Iterator[Batch]:
+    """Runtime/driver calls. Packed per row (fewer Python objects): rank index (position of the process in
+    rank_keys, 127 = not a rank) << 56 | TID << 32 | correlationId, and nameId << 8 | eventClass."""
     t = _RUNTIME
     if t not in ex.tables or not {"start", "end", "globalTid", "nameId"} <= ex.cols(t):
         return
+    if len(rank_keys) > 126:
+        raise InputError(f"has {len(rank_keys)} processes with GPU activity; at most 126 per report are supported",
+                         path=str(ex.path), hint="split the report per node")
     ec = '"eventClass"' if "eventClass" in ex.cols(t) else "0"
-    sql = (f'SELECT "start", "end", globalTid, {ex.col(t, "correlationId")}, (nameId << 8) | ({ec} & 255) FROM {t}')
+    corr = f'ifnull("correlationId", {_NO_CORR})' if "correlationId" in ex.cols(t) else str(_NO_CORR)
+    case = "CASE globalTid >> 24 " + " ".join(f"WHEN {k} THEN {i}" for i, k in enumerate(rank_keys)) + " ELSE 127 END"
+    sql = (f'SELECT "start", "end", (({case}) << 56) | ((globalTid & {_PID_MASK}) << 32) | ({corr} & 4294967295), '
+           f'(nameId << 8) | ({ec} & 255) FROM {t}')
     n = 0
     for rows in ex.rows(sql):
-        cols = list(zip(*rows))
+        cols = _columns(rows, [pa.int64()] * 4)
         m = len(rows)
-        gtid = _i64(cols[2])
-        packed = _i64(cols[4])
+        packed, name_ec = cols[2], cols[3]
+        idx = pc.shift_right(packed, 56)
+        corr_arr = pc.bit_wise_and(packed, 0xFFFFFFFF)
         tbl = pa.table({
-            "call_id": pa.array(range(n, n + m), pa.int64()),
-            "rank": rank_from_key(pc.shift_right(gtid, _PID_SHIFT)),
-            "pid": pc.bit_wise_and(pc.shift_right(gtid, _PID_SHIFT), _PID_MASK),
-            "tid": pc.bit_wise_and(gtid, _PID_MASK),
-            "start_ns": pc.add(_i64(cols[0]), offset), "end_ns": pc.add(_i64(cols[1]), offset),
-            "name": ex.name_array(pc.shift_right(packed, 8), _api_name),
-            "correlation_id": _i64(cols[3]),
-            "api": pc.if_else(pc.equal(pc.bit_wise_and(packed, 255), 1), "driver", "runtime"),
+            "call_id": _ids(n, m),
+            "rank": pc.take(ranks_arr, idx),
+            "pid": pc.take(pids_arr, idx),
+            "tid": pc.bit_wise_and(pc.shift_right(packed, 32), _PID_MASK),
+            "start_ns": pc.add(cols[0], offset), "end_ns": pc.add(cols[1], offset),
+            "name": ex.name_array(pc.shift_right(name_ec, 8), _api_name),
+            "correlation_id": pc.if_else(pc.equal(corr_arr, _NO_CORR), pa.scalar(None, pa.int64()), corr_arr),
+            "api": pc.if_else(pc.equal(pc.bit_wise_and(name_ec, 255), 1), "driver", "runtime"),
         })
         n += m
         yield Batch("api_calls", _keep_ranked(tbl))
@@ -532,35 +560,36 @@ def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: _PayloadD
     blob = ex.col(t, "binaryData") if dec.entries else "NULL AS binaryData"
     sql = (f'SELECT "start", {ex.col(t, "end")}, globalTid, {ex.col(t, "text")}, {ex.col(t, "textId")}, '
            f'{ex.col(t, "domainId", default="0")}, {blob} FROM {t} WHERE eventType IN (59, 60)')
+    dkeys = pa.array([k * 65536 + d for (k, d) in domains if 0 <= d < 65536], pa.int64())
+    dnames = pa.array([v for (k, d), v in domains.items() if 0 <= d < 65536], pa.string())
     n = 0
     for rows in ex.rows(sql):
-        cols = list(zip(*rows))
+        cols = _columns(rows, [pa.int64(), pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.int64(), pa.binary()])
         m = len(rows)
-        gtid = _i64(cols[2])
+        gtid, dom, blobs = cols[2], cols[5], cols[6]
         pkey = pc.shift_right(gtid, _PID_SHIFT)
-        text = pa.array(cols[3], pa.string())
-        names = pc.coalesce(text, ex.name_array(_i64(cols[4])).cast(pa.string()), pa.scalar("", pa.string()))
+        names = pc.coalesce(cols[3], ex.name_array(cols[4]).cast(pa.string()), pa.scalar("", pa.string()))
         secret = pc.match_substring_regex(names, _SECRETISH)
         if pc.any(secret).as_py():
             names = pc.if_else(secret, "[redacted]", names)
-        doms = [domains.get((k, d)) if d else None for k, d in zip(pkey.to_pylist(), cols[5])] \
-            if domains else [None] * m
-        args = [None] * m
-        if dec.entries:
+        doms = pc.take(dnames, pc.index_in(pc.add(pc.multiply(pkey, 65536), dom), value_set=dkeys))
+        args = pa.nulls(m, pa.string())
+        if dec.entries and blobs.null_count < m:
+            at = pc.indices_nonzero(pc.is_valid(blobs))
             dj = dec.decode_json
-            args = [None if b is None else dj(d, b) for d, b in zip(cols[5], cols[6])]
-        ends = _i64(cols[1])
+            vals = [dj(d, b) for d, b in zip(pc.take(dom, at).to_pylist(), pc.take(blobs, at).to_pylist())]
+            args = pc.replace_with_mask(args, pc.is_valid(blobs), pa.array(vals, pa.string()))
         tbl = pa.table({
-            "range_id": pa.array(range(n, n + m), pa.int64()),
+            "range_id": _ids(n, m),
             "rank": rank_from_key(pkey),
             "pid": pc.bit_wise_and(pkey, _PID_MASK),
             "tid": pc.bit_wise_and(gtid, _PID_MASK),
-            "start_ns": pc.add(_i64(cols[0]), offset),
-            "end_ns": pc.add(ends, offset),
+            "start_ns": pc.add(cols[0], offset),
+            "end_ns": pc.add(cols[1], offset),
             "name": names,
-            "kind": pa.array(["nvtx"] * m, pa.string()),
-            "domain": pa.array(doms, pa.string()),
-            "args": pa.array(args, pa.string()),
+            "kind": pa.repeat(pa.scalar("nvtx"), m),
+            "domain": doms,
+            "args": args,
         })
         n += m
         yield Batch("cpu_ranges", _keep_ranked(tbl))

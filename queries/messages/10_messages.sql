@@ -20,8 +20,7 @@ SELECT o.kernel_id, o.rank, o.collective, o.msg_bytes, o.group_size, o.peer_rank
        greatest(k.end_ns - k.start_ns, 0) AS duration_ns,
        CASE WHEN o.msg_bytes IS NULL THEN NULL WHEN o.msg_bytes <= 0 THEN 0
             ELSE CAST(1 AS BIGINT) << CAST(floor(log2(o.msg_bytes)) AS INTEGER) END AS bucket_lo_bytes
-FROM comm_ops o JOIN kernels k USING (kernel_id)
-ORDER BY o.rank, k.start_ns, o.kernel_id;
+FROM comm_ops o JOIN kernels k USING (kernel_id);
 
 -- @macro msg_size_histogram
 -- Per collective and power-of-two size bucket, over all ranks: operation count, bytes, kernel time and the

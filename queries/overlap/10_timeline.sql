@@ -47,6 +47,7 @@ ORDER BY rank, step_ord;
 -- gemm / compute by kernel_class), times rounded on the file's own clock (start up to the next µs, end down to
 -- the previous µs), and when a rank has >= 2 distinct ProfilerStep# names only GPU work whose correlation id
 -- matches a runtime/driver call starting before the last ProfilerStep start is kept.
+-- Unordered (a private feed of the sweep; sorting it here would cost a full extra sort).
 -- @param compat: 'none' or 'hta'.
 -- @column rank: Rank.
 -- @column start_ns: Interval start (ns).
@@ -83,8 +84,7 @@ SELECT rank,
        off + (s_raw - (s_raw % 1000 + 1000) % 1000) + CASE WHEN s_raw % 1000 <> 0 THEN 1000 ELSE 0 END,
        off + (e_raw - (e_raw % 1000 + 1000) % 1000),
        cls
-FROM hta WHERE compat = 'hta'
-ORDER BY rank, start_ns, end_ns, cls;
+FROM hta WHERE compat = 'hta';
 
 -- @macro _state_bits
 -- Decodes a packed class-counter sum into the state bit set: 1 communication, 2 gemm, 4 compute, 8 memory,

@@ -47,8 +47,7 @@ WITH k AS (
 )
 SELECT match_rule, instance_key, kernel_id, rank, collective, grp AS pg_name, seq, msg_bytes, start_ns, end_ns
 FROM keyed
-WHERE match_rule = 'rank_order' OR collective NOT IN ('send', 'recv')
-ORDER BY instance_key, rank;
+WHERE match_rule = 'rank_order' OR collective NOT IN ('send', 'recv');
 
 -- @macro collective_skew
 -- One row per collective instance matched across ranks (matching rule in the description of queries/skew):

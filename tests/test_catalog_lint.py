@@ -1,0 +1,81 @@
+"""Lint of the SQL catalog: docs on every public object and column, documented columns = real columns, units in
+names, deterministic ORDER BY."""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+import pytest
+
+from nsys2comm import catalog
+
+AREAS = {"intervals", "overlap", "messages", "p2p", "skew", "diagnostics"}
+MINE = [o for o in catalog.load_catalog() if o.area in AREAS]
+PUBLIC = [o for o in MINE if o.public]
+UNIT_SUFFIXES = ("_ns", "_bytes", "_pct", "_gbps", "_us")
+# words that name a time or a size: a column containing one must carry a unit suffix
+UNIT_WORDS = re.compile(r"(^|_)(time|dur|duration|latency|wait|skew|span|size|bytes|bw|alpha|beta|start|end|idle|busy)(_|$)")
+UNITLESS_OK = {"group_size", "busbw_factor", "r2", "match_rule", "rank_wait_ns", "start_ns", "end_ns"}
+REQUIRED = {"comm_kernels", "overlap_by_rank", "time_breakdown_by_rank", "overlap_by_step", "msg_size_histogram",
+            "collective_bandwidth", "p2p_latency_by_size", "p2p_latency_model", "collective_skew", "rank_wait",
+            "diagnostics"}
+
+
+@pytest.fixture(scope="module")
+def con():
+    c = duckdb.connect()
+    catalog.install(c)
+    return c
+
+
+def test_required_objects_exist():
+    assert REQUIRED <= {o.name for o in PUBLIC}
+    assert all(o.is_table_macro for o in PUBLIC)
+
+
+@pytest.mark.parametrize("obj", MINE, ids=lambda o: o.name)
+def test_documented(obj):
+    assert obj.description.strip(), f"{obj.name}: no description"
+    assert obj.columns or obj.kind == "macro" and not obj.is_table_macro, f"{obj.name}: no @column docs"
+    for col, doc in obj.columns.items():
+        assert doc.strip(), f"{obj.name}.{col}: empty @column doc"
+    for p, doc in obj.params.items():
+        assert doc.strip(), f"{obj.name}: empty @param {p}"
+
+
+@pytest.mark.parametrize("obj", [o for o in MINE if o.is_table_macro or o.kind == "view"], ids=lambda o: o.name)
+def test_columns_match_and_units(con, obj):
+    if obj.area == "intervals":
+        args = ", ".join("'_lint_in'" for _ in obj.params)
+        con.execute("CREATE OR REPLACE TEMP TABLE _lint_in (grp INTEGER, probe_id BIGINT, start_ns BIGINT, end_ns BIGINT)")
+        sql = f"DESCRIBE SELECT * FROM {obj.name}({args})"
+    else:
+        sql = f"DESCRIBE SELECT * FROM {obj.name}" + ("" if obj.kind == "view" else "()")
+    real = [r[0] for r in con.execute(sql).fetchall()]
+    assert real == list(obj.columns), f"{obj.name}: documented {list(obj.columns)} != real {real}"
+    if not obj.public:
+        return
+    for col in real:
+        if col in UNITLESS_OK:
+            continue
+        if UNIT_WORDS.search(col):
+            assert col.endswith(UNIT_SUFFIXES), f"{obj.name}.{col}: time/size column without unit suffix"
+        if col.endswith("_us"):
+            assert col == "alpha_us", f"{obj.name}.{col}: _us only where µs is the definition (alpha_us)"
+
+
+@pytest.mark.parametrize("obj", [o for o in PUBLIC if o.is_table_macro], ids=lambda o: o.name)
+def test_order_by(obj):
+    body = re.sub(r"--.*", "", obj.sql)
+    last = [m.end() for m in re.finditer(r"\bORDER\s+BY\b", body, re.I)]
+    assert last, f"{obj.name}: no ORDER BY"
+    tail = body[last[-1]:]
+    assert not re.search(r"\b(SELECT|FROM|WHERE|GROUP)\b", tail, re.I) and tail.count("(") == tail.count(")"), \
+        f"{obj.name}: the final statement does not end with ORDER BY"
+
+
+def test_no_range_joins():
+    for obj in MINE:
+        body = re.sub(r"--.*", "", obj.sql)
+        assert not re.search(r"\bJOIN\b[^;]*?\bON\b[^;]*?(start_ns|\.s)\s*<\s*\w+\.(end_ns|e)\b", body, re.I | re.S), obj.name
