@@ -22,6 +22,7 @@ Ranks (``ranks.rank_source``)
          largest communicator (``No. of ranks`` = world_size);
       3. ``file_name``: a single GPU process and the file name holds ``rank<N>`` (``rank_3``, ``rank-3``) -> N;
       4. ``process_order``: position in process order (0, 1, ...).
+    At most 126 GPU processes per report (runtime rows pack a 7-bit process index).
 
 Clock (``files.clock_rule``)
     With ``TARGET_INFO_SESSION_START_TIME``: ``utcEpochNs + (t - systemClockNs)`` when ``systemClockNs`` exists
