@@ -6,7 +6,8 @@ An importer is a module with ``SOURCE`` (str), ``sniff(path, head: bytes) -> boo
 ``read`` streams: it yields ``Batch(table, arrow_table)`` as soon as a chunk is parsed, so memory stays bounded.
 Batch rows use canonical column names without ``file_id``; id columns (``kernel_id``, ``memop_id``,
 ``range_id``, ``call_id``) hold the row's index inside the file and the writer makes them job-unique.
-``kernels`` batches may omit ``short_name`` and ``kernel_class``: the writer derives them in SQL.
+``kernels`` batches need no ``short_name`` or ``kernel_class``: the writer derives both in SQL (one rule for every
+source).
 One ``files`` batch (one row: format_version, producer, host, clock_rule, clock_offset_ns) and one ``ranks``
 batch must be yielded, in any order. ``finalize`` runs inside the file's transaction after all batches are
 written and fills ``comm_ops`` (and ``ingest_notes``) with SQL over the file's canonical rows.

@@ -37,12 +37,11 @@ def insert_batch(con, file_id: int, batch: Batch) -> None:
         src = "_batch"
         if batch.table == "kernels":
             # classify distinct names once: 10M kernels usually have a few thousand names
-            need_short = "short_name" not in cols
-            src = ("(SELECT b.*, n.kernel_class" + (", n.short_name" if need_short else "") +
-                   " FROM _batch b JOIN (SELECT name, kernel_class(name) AS kernel_class" +
-                   (", kernel_short_name(name) AS short_name" if need_short else "") +
-                   " FROM (SELECT DISTINCT name FROM _batch)) n USING (name))")
-            excl += [c for c in ("kernel_class",) if c in cols]
+            # one naming rule for every source, so identical kernels get identical rows
+            src = ("(SELECT b.*, n.kernel_class, n.short_name FROM _batch b JOIN "
+                   "(SELECT name, kernel_class(name) AS kernel_class, kernel_short_name(name) AS short_name "
+                   "FROM (SELECT DISTINCT name FROM _batch)) n USING (name))")
+            excl += [c for c in ("kernel_class", "short_name") if c in cols]
         exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
         con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
     finally:
