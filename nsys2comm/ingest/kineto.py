@@ -873,12 +873,17 @@ def finalize(con, file_id: int) -> None:
                WHEN collective = 'reduce_scatter' THEN dims_n * db // group_size END) END AS out_bytes
       FROM b
     ),
+    p AS (  -- point-to-point: a send has no output buffer, a recv no input buffer (as NCCL's payloads say)
+      SELECT * REPLACE (CASE WHEN collective = 'recv' THEN NULL ELSE in_bytes END AS in_bytes,
+                        CASE WHEN collective = 'send' THEN NULL ELSE out_bytes END AS out_bytes)
+      FROM z
+    ),
     m AS (
       SELECT *,
         CASE WHEN collective IN ('all_gather', 'recv') THEN out_bytes
              WHEN collective = 'unknown' THEN coalesce(in_bytes, out_bytes)
              ELSE in_bytes END AS msg_bytes
-      FROM z
+      FROM p
     )
     SELECT kernel_id, {fid} AS file_id, rank, collective,
       CASE WHEN db > 0 THEN msg_bytes // db END AS element_count,

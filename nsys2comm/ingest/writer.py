@@ -38,10 +38,11 @@ def insert_batch(con, file_id: int, batch: Batch) -> None:
         if batch.table == "kernels":
             # classify distinct names once: 10M kernels usually have a few thousand names
             # one naming rule for every source, so identical kernels get identical rows
-            src = ("(SELECT b.*, n.kernel_class, n.short_name FROM _batch b JOIN "
+            derived = [c for c in ("kernel_class", "short_name") if c in cols]
+            keep = f"b.* EXCLUDE ({', '.join(derived)})" if derived else "b.*"
+            src = (f"(SELECT {keep}, n.kernel_class, n.short_name FROM _batch b JOIN "
                    "(SELECT name, kernel_class(name) AS kernel_class, kernel_short_name(name) AS short_name "
                    "FROM (SELECT DISTINCT name FROM _batch)) n USING (name))")
-            excl += [c for c in ("kernel_class", "short_name") if c in cols]
         exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
         con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
     finally:
