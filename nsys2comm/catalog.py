@@ -39,6 +39,14 @@ class CatalogObject:
         return not self.name.startswith("_")
 
     @property
+    def required_params(self) -> list[str]:
+        """Macro parameters without a default (``name`` rather than ``name := value``)."""
+        m = re.search(r"MACRO\s+" + re.escape(self.name) + r"\s*\(([^)]*)\)", self.sql, re.I)
+        if not m:
+            return []
+        return [a.strip() for a in m.group(1).split(",") if a.strip() and ":=" not in a]
+
+    @property
     def is_table_macro(self) -> bool:
         return self.kind == "macro" and bool(re.search(r"\bAS\s+TABLE\b", self.sql, re.I))
 

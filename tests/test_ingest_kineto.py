@@ -148,7 +148,8 @@ def test_synthetic_run(tmp_path, style, gz):
         coll, msg, in_b, peer, gs, pgr, seq, dtype = got[key]
         assert coll == op.collective, key
         if style == "new":
-            assert (msg, in_b, peer, gs, pgr, seq) == (op.msg_bytes, op.in_bytes, op.peer, op.group_size,
+            in_exp = None if op.collective == "recv" else op.in_bytes  # a recv has no input buffer
+            assert (msg, in_b, peer, gs, pgr, seq) == (op.msg_bytes, in_exp, op.peer, op.group_size,
                                                        op.pg_ranks, op.seq), key
         else:  # old: sizes from Input Dims x Input type; no group size, so all_gather's output is unknown
             assert msg == (None if op.collective == "all_gather" else op.msg_bytes), key

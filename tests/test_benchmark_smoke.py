@@ -1,0 +1,28 @@
+"""The benchmark harness runs end to end at its smoke size (figures are checked by people, not by this test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_benchmark_smoke(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "tests.benchmarks.bench", "--size", "smoke", "--out", str(out),
+                           "--no-hta"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    steps = {s["step"]: s for s in res["steps"]}
+    assert {"kineto_ingest_2mb", "kineto_ingest_2ranks_x_2mb", "report_2ranks_x_2mb", "sqlite_scan_20000",
+            "nsys_ingest_20000_kernels", "all_queries_nsys_20000"} <= set(steps)
+    assert steps["kineto_ingest_2mb"]["rows"]["kernels"] > 0
+    assert steps["nsys_ingest_20000_kernels"]["rows"]["kernels"] == 20_000
+    assert steps["report_2ranks_x_2mb"]["html_bytes"] < 2_000_000
+    assert all(s["peak_rss_mb"] > 0 for s in res["steps"])
+    # every public table macro was timed
+    assert len(res["per_query_seconds"]) >= 10
+    assert "kernels" in proc.stdout  # the printed table
