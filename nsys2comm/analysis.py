@@ -4,9 +4,10 @@
 table macro or view of the catalog, parameter names must be among the macro's ``@param`` list, and values are
 bound as prepared-statement parameters (never pasted into the SQL text).
 
-``materialize(con)`` snapshots the shared GPU timeline (the sweep behind overlap_by_rank,
-time_breakdown_by_rank and overlap_by_step) into a TEMP table, so a caller running several analyses pays for
-the sweep once. The snapshot does not follow later ingests: call ``materialize`` again (or ``unmaterialize``)
+``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the GPU timeline (behind
+overlap_by_rank, time_breakdown_by_rank and overlap_by_step) and the per-communication-kernel overlap (behind
+comm_kernels, comm_overlap_by_collective and top_comm_kernels), so a caller running several analyses pays for
+each sweep once. The snapshot does not follow later ingests: call ``materialize`` again (or ``unmaterialize``)
 after changing the data.
 """
 
@@ -21,7 +22,8 @@ from .errors import InputError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # helper views whose snapshot may replace the live computation: view name -> snapshot table
-_MATERIALIZABLE = {"_gpu_timeline": "_gpu_timeline_snapshot"}
+_MATERIALIZABLE = {"_gpu_timeline": "_gpu_timeline_snapshot",
+                   "_comm_kernel_overlap": "_comm_kernel_overlap_snapshot"}
 
 
 def _public_object(name: str) -> catalog.CatalogObject:

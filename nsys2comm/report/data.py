@@ -49,6 +49,24 @@ class Fetched:
 def fetch(con, queries: dict[str, tuple[str, dict]]) -> Fetched:
     """Run ``{key: (catalog name, params)}``; a query that fails or is missing is recorded, not raised."""
     out = Fetched()
+    try:  # compute the shared sweeps once for all the queries below (TEMP snapshots, dropped afterwards)
+        from ..analysis import materialize, unmaterialize
+        materialize(con)
+    except Exception:  # noqa: BLE001 - without snapshots every query computes live (same results, slower)
+        try:
+            unmaterialize(con)  # drop a partial snapshot
+        except Exception:  # noqa: BLE001
+            pass
+        unmaterialize = None
+    try:
+        _fetch_all(con, queries, out)
+    finally:
+        if unmaterialize is not None:
+            unmaterialize(con)
+    return out
+
+
+def _fetch_all(con, queries: dict[str, tuple[str, dict]], out: Fetched) -> None:
     for key, (name, params) in queries.items():
         if catalog.find(name) is None:
             out.errors[key] = f"analysis '{name}' is not in this version's catalog"
@@ -58,4 +76,3 @@ def fetch(con, queries: dict[str, tuple[str, dict]]) -> Fetched:
         except Exception as e:  # noqa: BLE001 - one failing analysis must not sink the report
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             out.errors[key] = f"analysis '{name}' failed: {first[:300]}"
-    return out

@@ -4,12 +4,62 @@
 -- (copies and memsets are neither computation nor communication). Unions merge a class's intervals first, so
 -- concurrent kernels are never double counted.
 
+-- @view _comm_kernel_overlap
+-- Per communication kernel: the union length of computation (gemm, attention, compute) and of gemm kernels on the
+-- same rank within [start_ns, end_ns) (ns, may be negative for empty kernels: comm_kernels clips). One sorted sweep
+-- per rank, no range join: computation kernels give +/- events, each communication kernel's start and end are
+-- probes; running class counters and a running telescoped sum give the union length before any time t, and a
+-- kernel's overlap is covered(end) - covered(start). comm_kernels reads it, so a caller running several of its
+-- consumers can materialize it once (nsys2comm.analysis.materialize).
+-- @column kernel_id: Communication kernel id.
+-- @column comp_ns: Part of the kernel covered by computation (ns).
+-- @column gemm_ns: Part of the kernel covered by gemm kernels (ns).
+CREATE OR REPLACE VIEW _comm_kernel_overlap AS
+WITH ev AS (
+  -- computation kernels as +/- events; delta packs two counters: computation (low 32 bits), gemm (high bits)
+  SELECT rank, start_ns AS ts, CASE WHEN kernel_class = 'gemm' THEN 4294967297 ELSE 1 END AS delta,
+         NULL::BIGINT AS probe_id, 0 AS side
+  FROM kernels WHERE kernel_class IN ('gemm', 'attention', 'compute') AND end_ns > start_ns
+  UNION ALL
+  SELECT rank, end_ns, CASE WHEN kernel_class = 'gemm' THEN -4294967297 ELSE -1 END, NULL, 0
+  FROM kernels WHERE kernel_class IN ('gemm', 'attention', 'compute') AND end_ns > start_ns
+  UNION ALL  -- probes: start (side -1) and end (side +1) of every communication kernel, delta 0
+  SELECT rank, start_ns, 0, kernel_id, -1 FROM kernels WHERE kernel_class = 'communication'
+  UNION ALL
+  SELECT rank, end_ns, 0, kernel_id, 1 FROM kernels WHERE kernel_class = 'communication'
+), sorted_ev AS (
+  SELECT * FROM ev ORDER BY rank, ts
+), cnt AS (
+  -- running counters (streaming window over the sorted events; each rank's deltas sum to 0, so no PARTITION BY)
+  SELECT rank, ts, delta, probe_id, side, CAST(sum(delta) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS c
+  FROM sorted_ev
+), chg AS (
+  SELECT rank, ts, probe_id, side,
+         ((c & 4294967295) > 0)::BIGINT AS comp_on, ((c >> 32) > 0)::BIGINT AS gemm_on,
+         ts * (((c - delta) & 4294967295 > 0)::BIGINT - ((c & 4294967295) > 0)::BIGINT) AS comp_x,
+         ts * ((((c - delta) >> 32) > 0)::BIGINT - ((c >> 32) > 0)::BIGINT) AS gemm_x
+  FROM cnt
+), cov AS (
+  -- covered(t) = union length before t = sum over earlier events of ts * (on before - on after) + t * (on now);
+  -- the per-rank sums telescope to 0 at the end of a rank, so one running sum serves all ranks
+  SELECT probe_id, side,
+         CAST(sum(comp_x) OVER w AS BIGINT) + ts * comp_on AS comp_cov,
+         CAST(sum(gemm_x) OVER w AS BIGINT) + ts * gemm_on AS gemm_cov
+  FROM chg
+  WINDOW w AS (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+)
+SELECT probe_id AS kernel_id, CAST(sum(side * comp_cov) AS BIGINT) AS comp_ns,
+       CAST(sum(side * gemm_cov) AS BIGINT) AS gemm_ns
+FROM cov WHERE probe_id IS NOT NULL GROUP BY probe_id;
+
 -- @macro comm_kernels
 -- One row per communication kernel with its comm_ops fields and how much of it ran under computation on the
 -- same rank: overlapped_by_compute_ns = |kernel ∩ union(computation kernels)|, overlapped_by_gemm_ns the same for
 -- gemm kernels only, exposed_ns = duration_ns − overlapped_by_compute_ns (time with no computation running).
--- Kernels without a comm_ops row appear with collective 'unknown'. Computed with intervals_covered_ns
--- (union islands + prefix sums + ASOF lookups), not a range join.
+-- Kernels without a comm_ops row appear with collective 'unknown'. Computed in one sorted sweep per rank (no
+-- range join): computation kernels give +/- events, each communication kernel's start and end are probes; the
+-- running class counters and a running telescoped sum give the union length before any time t, and a kernel's
+-- overlap is covered(end) - covered(start) (the same quantity as intervals_covered_ns).
 -- @column kernel_id: Kernel id (kernels.kernel_id).
 -- @column rank: Rank.
 -- @column device_id: Device.
@@ -32,22 +82,16 @@
 -- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
 -- @column exposed_ns: Part of the kernel with no computation running (ns).
 CREATE OR REPLACE MACRO comm_kernels() AS TABLE
-WITH _ck_comp AS (
-  SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE kernel_class IN ('gemm', 'attention', 'compute')
-), _ck_gemm AS (
-  SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE kernel_class = 'gemm'
-), _ck_probe AS (
-  SELECT rank AS grp, kernel_id AS probe_id, start_ns, end_ns FROM kernels WHERE kernel_class = 'communication'
-), c AS (SELECT grp, probe_id, covered_ns FROM intervals_covered_ns('_ck_comp', '_ck_probe')),
-g AS (SELECT grp, probe_id, covered_ns FROM intervals_covered_ns('_ck_gemm', '_ck_probe'))
+WITH p AS (SELECT * FROM _comm_kernel_overlap)
 SELECT k.kernel_id, k.rank, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns,
        k.short_name, coalesce(o.collective, 'unknown') AS collective, o.msg_bytes, o.in_bytes, o.out_bytes, o.dtype,
        o.group_size, o.pg_name, o.peer_rank, o.seq, coalesce(o.n_ops, 1) AS n_ops,
-       c.covered_ns AS overlapped_by_compute_ns, g.covered_ns AS overlapped_by_gemm_ns,
-       greatest(k.end_ns - k.start_ns, 0) - c.covered_ns AS exposed_ns
+       CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.comp_ns, 0) ELSE 0 END AS BIGINT) AS overlapped_by_compute_ns,
+       CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.gemm_ns, 0) ELSE 0 END AS BIGINT) AS overlapped_by_gemm_ns,
+       greatest(k.end_ns - k.start_ns, 0)
+         - CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.comp_ns, 0) ELSE 0 END AS BIGINT) AS exposed_ns
 FROM kernels k
-JOIN c ON c.probe_id = k.kernel_id
-JOIN g ON g.probe_id = k.kernel_id
+JOIN p ON p.kernel_id = k.kernel_id
 LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id
 ORDER BY k.rank, k.start_ns, k.kernel_id;
 

@@ -70,16 +70,23 @@ WHERE match_rule = 'rank_order' OR collective NOT IN ('send', 'recv');
 -- @column first_arriving_rank: Rank with the earliest start (lowest such rank on ties).
 -- @column rank_wait_ns: Per rank wait, a list of {rank, wait_ns} sorted by rank (ns).
 CREATE OR REPLACE MACRO collective_skew() AS TABLE
-WITH o AS (SELECT *, max(start_ns) OVER (PARTITION BY instance_key) - start_ns AS wait_ns FROM _skew_ops())
-SELECT instance_key, any_value(match_rule) AS match_rule, mode(collective) AS collective, any_value(pg_name) AS pg_name,
-       any_value(seq) AS seq, max(msg_bytes) AS msg_bytes, count(DISTINCT rank) AS ranks_seen,
-       min(start_ns) AS first_start_ns, max(start_ns) AS last_start_ns,
-       min(end_ns - start_ns) AS latency_ns, max(end_ns - start_ns) AS max_duration_ns,
-       max(start_ns) - min(start_ns) AS start_skew_ns, max(end_ns) - min(end_ns) AS end_skew_ns,
-       first(rank ORDER BY start_ns DESC, rank) AS last_arriving_rank,
-       first(rank ORDER BY start_ns, rank) AS first_arriving_rank,
-       list({'rank': rank, 'wait_ns': wait_ns} ORDER BY rank) AS rank_wait_ns
-FROM o GROUP BY instance_key
+WITH g AS (
+  SELECT instance_key, any_value(match_rule) AS match_rule, mode(collective) AS collective,
+         any_value(pg_name) AS pg_name, any_value(seq) AS seq, max(msg_bytes) AS msg_bytes,
+         count(DISTINCT rank) AS ranks_seen,
+         min(start_ns) AS first_start_ns, max(start_ns) AS last_start_ns,
+         min(end_ns - start_ns) AS latency_ns, max(end_ns - start_ns) AS max_duration_ns,
+         max(end_ns) - min(end_ns) AS end_skew_ns,
+         arg_min(rank, (-start_ns, rank)) AS last_arriving_rank,
+         arg_min(rank, (start_ns, rank)) AS first_arriving_rank,
+         list((rank, start_ns) ORDER BY rank) AS rs
+  FROM _skew_ops() GROUP BY instance_key
+)
+SELECT instance_key, match_rule, collective, pg_name, seq, msg_bytes, ranks_seen, first_start_ns, last_start_ns,
+       latency_ns, max_duration_ns, last_start_ns - first_start_ns AS start_skew_ns, end_skew_ns,
+       last_arriving_rank, first_arriving_rank,
+       list_transform(rs, lambda x: {'rank': x[1], 'wait_ns': last_start_ns - x[2]}) AS rank_wait_ns
+FROM g
 ORDER BY first_start_ns, instance_key;
 
 -- @macro rank_wait
@@ -99,8 +106,8 @@ ORDER BY first_start_ns, instance_key;
 CREATE OR REPLACE MACRO rank_wait() AS TABLE
 WITH o AS (SELECT * FROM _skew_ops()),
 i AS (
-  SELECT instance_key, max(start_ns) AS last_start, first(rank ORDER BY start_ns DESC, rank) AS last_rank,
-         first(rank ORDER BY start_ns, rank) AS first_rank
+  SELECT instance_key, max(start_ns) AS last_start, arg_min(rank, (-start_ns, rank)) AS last_rank,
+         arg_min(rank, (start_ns, rank)) AS first_rank
   FROM o GROUP BY instance_key HAVING count(DISTINCT rank) >= 2
 ), w AS (
   SELECT o.rank, i.last_start - o.start_ns AS wait_ns, o.end_ns - o.start_ns AS dur_ns,
