@@ -115,7 +115,7 @@ CREATE OR REPLACE MACRO _gpu_state_ns(compat := 'none') AS TABLE
 WITH iv AS (
   SELECT rank, start_ns, end_ns, cls FROM _gpu_intervals(compat := compat)
 ), ev AS (
-  SELECT rank, start_ns AS ts, 2 AS ord, CAST(1 AS BIGINT) << (12 * cls) AS delta, NULL::BIGINT AS step_key,
+  SELECT rank, start_ns AS ts, 2 AS ord, CAST(1 AS BIGINT) << (12 * cls) AS delta, NULL::BIGINT AS step_ord,
          0::BIGINT AS neg_ns
   FROM iv WHERE end_ns >= start_ns
   UNION ALL
@@ -123,23 +123,17 @@ WITH iv AS (
   UNION ALL  -- HTA: a communication interval made negative by rounding counts (negatively) when nothing covers it
   SELECT rank, start_ns, 1, 0, NULL, end_ns - start_ns FROM iv WHERE end_ns < start_ns AND cls = 0
   UNION ALL
-  SELECT rank, step_start_ns, 3, CAST(1 AS BIGINT) << 48, (CAST(rank AS BIGINT) << 32) + step_ord, 0
-  FROM _steps() WHERE compat = 'none'
+  SELECT rank, step_start_ns, 3, CAST(1 AS BIGINT) << 48, step_ord, 0 FROM _steps() WHERE compat = 'none'
   UNION ALL
   SELECT rank, step_end_ns, 0, -(CAST(1 AS BIGINT) << 48), NULL, 0 FROM _steps() WHERE compat = 'none'
-), sorted_ev AS (
-  SELECT * FROM ev ORDER BY rank, ts, ord
 ), sw AS (
-  -- streaming running sum over the sorted events (no PARTITION BY: every rank's deltas sum to zero, so the
-  -- running sum restarts at 0 on each rank; step keys carry the rank in their high bits)
   SELECT rank, ts, ord, delta, neg_ns,
-         CAST(sum(delta) OVER w AS BIGINT) AS cum,
-         max(step_key) OVER w AS sk
-  FROM sorted_ev
-  WINDOW w AS (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+         sum(delta) OVER w AS cum,
+         max(step_ord) OVER w AS cur_step
+  FROM ev
+  WINDOW w AS (PARTITION BY rank ORDER BY ts, ord ROWS UNBOUNDED PRECEDING)
 ), bits AS (
-  SELECT rank, ts, ord, neg_ns,
-         CASE WHEN (sk >> 32) = rank THEN sk & 4294967295 END AS cur_step,
+  SELECT rank, ts, ord, neg_ns, cur_step,
          _state_bits(cum - delta) AS sb,
          _state_bits(cum) AS sa
   FROM sw
