@@ -9,6 +9,10 @@ overlap_by_rank, time_breakdown_by_rank and overlap_by_step) and the per-communi
 comm_kernels, comm_overlap_by_collective and top_comm_kernels), so a caller running several analyses pays for
 each sweep once. The snapshot does not follow later ingests: call ``materialize`` again (or ``unmaterialize``)
 after changing the data.
+
+``refresh_cache(con)`` stores the same two sweeps in the job database at the end of an ingest (``_cache_*``
+tables, tagged with the ingested files) and ``use_cache(con)``, called by ``db.connect``, points the helper views
+at them when they still match, so a fresh session pays for neither sweep.
 """
 
 from __future__ import annotations
@@ -53,6 +57,41 @@ def run_query(con, name: str, params: dict | None = None) -> pl.DataFrame:
     return con.sql(sql, params=params or None).pl()
 
 
+_CACHE_FINGERPRINT = "SELECT count(*) || ':' || coalesce(max(file_id), 0) FROM files"
+
+
+def refresh_cache(con) -> None:
+    """Store the shared sweeps in the job database (``_cache_*`` tables), tagged with the set of ingested files.
+
+    Called by ingest after the last file, so later sessions (report, summary, query) read the sweeps instead of
+    recomputing them; ``use_cache`` ignores a cache whose files no longer match.
+    """
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for view, _ in _MATERIALIZABLE.items():
+            con.execute(f"CREATE OR REPLACE TABLE _cache{view} AS SELECT * FROM {view}")
+        con.execute(f"CREATE OR REPLACE TABLE _cache_fingerprint AS SELECT ({_CACHE_FINGERPRINT}) AS files_key")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def use_cache(con) -> bool:
+    """Point the helper views at the stored sweeps when they match the ingested files (TEMP views only)."""
+    names = ["_cache_fingerprint"] + [f"_cache{v}" for v in _MATERIALIZABLE]
+    have = {r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND list_contains(?, table_name)", [names]).fetchall()}
+    if "_cache_fingerprint" not in have or any(f"_cache{v}" not in have for v in _MATERIALIZABLE):
+        return False
+    stored = con.execute("SELECT files_key FROM _cache_fingerprint").fetchall()
+    if not stored or stored[0][0] != con.execute(_CACHE_FINGERPRINT).fetchall()[0][0]:
+        return False
+    for view in _MATERIALIZABLE:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM _cache{view}")
+    return True
+
+
 def materialize(con) -> None:
     """Compute the shared helper views once (TEMP tables) and point the helpers at the snapshots."""
     for view, table in _MATERIALIZABLE.items():
@@ -69,3 +108,4 @@ def unmaterialize(con) -> None:
         # read-only sessions hold the helper as a TEMP view only: recreate it
         if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [view]).fetchall()[0][0]:
             con.execute(obj.sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
+    use_cache(con)

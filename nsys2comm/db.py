@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import catalog
+from . import analysis, catalog
 from .errors import InputError
 
 SCHEMA_VERSION = 1  # bump when the canonical tables change incompatibly
@@ -61,9 +61,12 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
     _check_is_job_db(con, path)
     if write:
         catalog.install(con)
+        analysis.use_cache(con)
+        return con
     else:
         if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'files'").fetchone()[0]:
             raise InputError("database has no nsys2comm tables", path=path,
                              hint="create it with 'nsys2comm ingest TRACES --db PATH'")
         _install_temp_objects(con)
+        analysis.use_cache(con)
     return con

@@ -188,13 +188,25 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, keep_go
         ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank", [fid]).fetchall()]
         done(FileResult(str(path), "ingested", "", fid, ranks))
 
+    try:
+        _write_all(con, todo, options, jobs, record, fail, progress)
+    finally:
+        if any(r.status == "ingested" for r in results):
+            from ..analysis import refresh_cache, use_cache
+
+            refresh_cache(con)  # the shared sweeps, once per ingest rather than once per later session
+            use_cache(con)
+    return results
+
+
+def _write_all(con, todo, options, jobs, record, fail, progress) -> None:
     if jobs == 1 or len(todo) <= 1:
         for path, sha, mod in todo:
             try:
                 record(path, _write_file(con, path, sha, mod, mod.read(path, options), progress))
             except Exception as err:  # noqa: BLE001
                 fail(path, err)
-        return results
+        return
 
     tmp = tempfile.mkdtemp(prefix="nsys2comm-")
     try:
@@ -212,4 +224,3 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, keep_go
                     fail(path, err)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return results

@@ -353,15 +353,14 @@ class _Scanner:
     def close(self) -> None:
         self.con.close()
 
-    def scan(self, files: list[str], max_object: int) -> Iterator[Batch]:
+    def scan(self, files: list[str]) -> Iterator[Batch]:
         """Batches for the events in files (read in order); duckdb.Error when DuckDB rejects one of them."""
         con, st = self.con, self.st
         flist = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
         con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _ev AS
         SELECT k, coalesce(name, '') AS name, pid, tid, ts, dur, args, _ns(ts) AS s, _ns(dur) AS d
-        FROM (SELECT {_KIND_SQL} AS k, * FROM read_json({flist}, format = 'array', columns = {_COLUMNS},
-                                                        maximum_object_size = {int(max_object)}))
+        FROM (SELECT {_KIND_SQL} AS k, * FROM read_json({flist}, format = 'array', columns = {_COLUMNS}))
         WHERE k IS NOT NULL AND ph = 'X' AND _ns(ts) IS NOT NULL""")
         return self._batches()
 
@@ -530,23 +529,23 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     pending = b""  # sequential mode: bytes not yet cut at a validated boundary
     parallel = True
 
-    def write(*chunks: bytes) -> tuple[str, int]:
+    def write(*chunks: bytes) -> str:
         nonlocal counter
         fn = os.path.join(tmp, f"{counter:06d}.json")
         counter += 1
         with open(fn, "wb") as f:
             for c in chunks:
                 f.write(c)
-        return fn, sum(map(len, chunks))
+        return fn
 
-    def scan(files: list[tuple[str, int]]):
+    def scan(files: list[str]):
         """Batches of the files, or None when DuckDB rejects one (nothing was yielded then)."""
         try:
-            batches = scanner.scan([f for f, _ in files], max(16 << 20, 2 * max(n for _, n in files)))
+            batches = scanner.scan(files)
         except duckdb.Error:
             return None
         finally:
-            for f, _ in files:
+            for f in files:
                 os.remove(f)
         return list(batches)
 
