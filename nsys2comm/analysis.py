@@ -5,14 +5,15 @@ table macro or view of the catalog, parameter names must be among the macro's ``
 bound as prepared-statement parameters (never pasted into the SQL text).
 
 ``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the GPU timeline (behind
-overlap_by_rank, time_breakdown_by_rank and overlap_by_step) and the per-communication-kernel overlap (behind
-comm_kernels, comm_overlap_by_collective and top_comm_kernels), so a caller running several analyses pays for
+overlap_by_rank, time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind
+comm_kernels, comm_overlap_by_collective and top_comm_kernels) and the cross-rank matching (behind
+collective_skew and rank_wait), so a caller running several analyses pays for
 each sweep once. The snapshot does not follow later ingests: call ``materialize`` again (or ``unmaterialize``)
 after changing the data.
 
-``refresh_cache(con)`` stores the same two sweeps in the job database at the end of an ingest (``_cache_*``
+``refresh_cache(con)`` stores the same sweeps in the job database at the end of an ingest (``_cache_*``
 tables, tagged with the ingested files) and ``use_cache(con)``, called by ``db.connect``, points the helper views
-at them when they still match, so a fresh session pays for neither sweep.
+at them when they still match, so a fresh session pays for none of them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from .errors import InputError
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # helper views whose snapshot may replace the live computation: view name -> snapshot table
 _MATERIALIZABLE = {"_gpu_timeline": "_gpu_timeline_snapshot",
-                   "_comm_kernel_overlap": "_comm_kernel_overlap_snapshot"}
+                   "_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
+                   "_skew_ops": "_skew_ops_snapshot"}
 
 
 def _public_object(name: str) -> catalog.CatalogObject:

@@ -262,11 +262,12 @@ SCHEMAS = {
 
 # integer args are read as text: numbers and numeric strings alike (as _to_int took them), converted by _strint
 _INT_ARGS = ("external_id", "correlation", "device", "stream", "bytes", "graph_id")
-_ARGS_SQL = "STRUCT(" + ", ".join(f'"{f.encode_name}" {"VARCHAR" if f.name in _INT_ARGS else "JSON"}'
+_ARGS_SQL = "STRUCT(" + ", ".join(f'"{f.encode_name}" {"VARCHAR" if f.name in _INT_ARGS + ("grid", "block") else "JSON"}'
                                   for f in msgspec.structs.fields(Args)) + ")"
 # the args of a row as JSON for _norm_args
 _ARGS_JSON_SQL = "to_json({" + ", ".join(
-    f"""'{f.encode_name}': {"_strint" if f.name in _INT_ARGS else ""}(args."{f.encode_name}")"""
+    f"""'{f.encode_name}': {"_strint" if f.name in _INT_ARGS else "_dims" if f.name in ("grid", "block") else ""}"""
+    f"""(args."{f.encode_name}")"""
     for f in msgspec.structs.fields(Args)) + "})"
 _COLUMNS = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'JSON', tid: 'JSON', ts: 'VARCHAR', "
             "dur: 'VARCHAR', args: '" + _ARGS_SQL.replace("'", "''") + "'}")
@@ -283,8 +284,11 @@ CREATE MACRO _pidint(j) AS CASE json_type(j) WHEN 'BIGINT' THEN CAST(j AS BIGINT
                                              WHEN 'DOUBLE' THEN _trunc(CAST(j AS DOUBLE)) END;
 CREATE MACRO _strint(s) AS CASE WHEN _isint(s) THEN TRY_CAST(s AS BIGINT) ELSE _trunc(TRY_CAST(s AS DOUBLE)) END;
 CREATE MACRO _int(j) AS CASE json_type(j) WHEN 'VARCHAR' THEN _strint(json_extract_string(j, '$')) ELSE _pidint(j) END;
-CREATE MACRO _dim(j, p) AS CASE WHEN json_type(j) = 'ARRAY' AND json_array_length(j) = 3 THEN _int(json_extract(j, p)) END;
-CREATE MACRO _present(j) AS coalesce(json_type(j) <> 'NULL', false);
+-- grid / block: a JSON array read as text, e.g. '[132,1,1]'
+CREATE MACRO _dims(v) AS CASE WHEN starts_with(v, '[') THEN list_transform(string_split(trim(v, '[] '), ','),
+                                                                          lambda x: _strint(trim(x, ' "'))) END;
+CREATE MACRO _dim(v, i) AS CASE WHEN len(_dims(v)) = 3 THEN _dims(v)[i] END;
+CREATE MACRO _present(j) AS j IS NOT NULL AND j::VARCHAR <> 'null';
 CREATE MACRO _copy_kind(tok) AS CASE WHEN tok IN ('HtoD', 'DtoH', 'DtoD', 'HtoH', 'PtoP') THEN tok ELSE 'other' END;
 """
 
@@ -393,8 +397,8 @@ class _Scanner:
           coalesce(_strint(args.device), _pidint(pid), 0) AS device_id,
           coalesce(_strint(args.stream), _pidint(tid)) AS stream_id, s AS start_ns, s + coalesce(d, 0) AS end_ns, name,
           _strint(args.correlation) AS correlation_id,
-          _dim(args.grid, '$[0]') AS grid_x, _dim(args.grid, '$[1]') AS grid_y, _dim(args.grid, '$[2]') AS grid_z,
-          _dim(args.block, '$[0]') AS block_x, _dim(args.block, '$[1]') AS block_y, _dim(args.block, '$[2]') AS block_z,
+          _dim(args.grid, 1) AS grid_x, _dim(args.grid, 2) AS grid_y, _dim(args.grid, 3) AS grid_z,
+          _dim(args.block, 1) AS block_x, _dim(args.block, 2) AS block_y, _dim(args.block, 3) AS block_z,
           _strint(args."graph id") AS graph_id,
           _present(args."Collective name") OR name IN (SELECT name FROM _comm_names) AS stage
         FROM _ev WHERE k = 1""")

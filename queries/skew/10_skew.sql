@@ -9,7 +9,7 @@
 -- latency = minimum kernel duration across ranks (the transfer time without waiting); a rank's wait =
 -- latest start − its start; the rank that arrives last (latest start; lowest rank on ties) waits least.
 
--- @macro _skew_ops
+-- @view _skew_ops
 -- Communication kernels with the instance key they are matched by (see this file's header).
 -- @column match_rule: 'pg_seq', 'group_order' or 'rank_order'.
 -- @column instance_key: Key shared by the same collective on every rank.
@@ -21,7 +21,7 @@
 -- @column msg_bytes: Size S, when known (bytes).
 -- @column start_ns: Kernel start (ns).
 -- @column end_ns: Kernel end (ns).
-CREATE OR REPLACE MACRO _skew_ops() AS TABLE
+CREATE OR REPLACE VIEW _skew_ops AS
 WITH k AS (
   SELECT k.kernel_id, k.rank, k.start_ns, k.end_ns, coalesce(o.collective, 'unknown') AS collective,
          coalesce(o.pg_name, o.comm_id) AS grp, o.seq, o.msg_bytes, o.kernel_id IS NOT NULL AS has_op
@@ -80,7 +80,7 @@ WITH g AS (
          arg_min(rank, (-start_ns, rank)) AS last_arriving_rank,
          arg_min(rank, (start_ns, rank)) AS first_arriving_rank,
          list((rank, start_ns) ORDER BY rank) AS rs
-  FROM _skew_ops() GROUP BY instance_key
+  FROM _skew_ops GROUP BY instance_key
 )
 SELECT instance_key, match_rule, collective, pg_name, seq, msg_bytes, ranks_seen, first_start_ns, last_start_ns,
        latency_ns, max_duration_ns, last_start_ns - first_start_ns AS start_skew_ns, end_skew_ns,
@@ -104,7 +104,7 @@ ORDER BY first_start_ns, instance_key;
 -- @column total_comm_ns: Sum of the rank's kernel durations in those instances (ns).
 -- @column straggler_rank_order: 1 = lowest total wait (most likely straggler), 2, ...
 CREATE OR REPLACE MACRO rank_wait() AS TABLE
-WITH o AS (SELECT * FROM _skew_ops()),
+WITH o AS (SELECT * FROM _skew_ops),
 i AS (
   SELECT instance_key, max(start_ns) AS last_start, arg_min(rank, (-start_ns, rank)) AS last_rank,
          arg_min(rank, (start_ns, rank)) AS first_rank
