@@ -35,7 +35,7 @@ import orjson
 import pyarrow as pa
 
 from ..errors import InputError
-from .base import Batch, ReadOptions
+from .base import Batch, ReadOptions, process_pool
 from .kineto_stream import BLOCK
 
 SOURCE = "kineto"
@@ -88,6 +88,11 @@ _events_decoder = msgspec.json.Decoder(list[Event])
 _EMPTY_ARGS = Args()
 _encode = msgspec.json.Encoder().encode
 
+# JSON key for each Args attribute that goes into cpu_ranges.args
+_ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)
+             if f.name not in ("device", "stream", "grid", "block", "bytes", "graph_id")]
+_COLL_ATTRS = ("coll", "in_nelems", "out_nelems", "in_size", "out_size", "group_size", "dtype", "pg_name",
+               "pg_desc", "pg_id", "src_rank", "dst_rank", "seq", "comms_id")
 
 
 def _to_int(v):
@@ -227,6 +232,8 @@ _COMM_CPU_PREFIX = ("record_param_comms", "c10d::", "nccl:", "gloo:", "ProfilerS
 _COMM_KERNEL_RE = re.compile(
     r"^(nccl|rccl)|multimem_|one_shot_all_reduce|two_shot_all_reduce|symm_mem|cross_device_reduce|"
     r"custom_all_reduce|allreduce_fusion|deep_ep::|nvshmem", re.I)
+_COPY_KINDS = {"HtoD": "HtoD", "DtoH": "DtoH", "DtoD": "DtoD", "HtoH": "HtoH", "PtoP": "PtoP"}
+_MEMCPY_TOKEN = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD|AtoH|HtoA|AtoA)")
 
 SCHEMAS = {
     "kernels": pa.schema([("kernel_id", pa.int64()), ("rank", pa.int32()), ("device_id", pa.int32()),
@@ -249,221 +256,182 @@ SCHEMAS = {
 }
 
 
+_NONE3 = (None, None, None)
 
 
-# ---------------------------------------------------------------------------------------------- row building (DuckDB)
-#
-# Each group of raw pieces is written as JSON arrays to a private temp dir and read by DuckDB's JSON reader
-# (C++, one thread per file) on a private in-memory connection: one scan keeps the events of known categories,
-# the per-table selects build the canonical columns. Values are converted as the tolerant Python rules did
-# (_to_int, _pidlike, _to_num): numbers read as text keep int vs float apart, ids from args accept numeric
-# strings and truncate floats. args JSON (cpu_ops and staged kernel args only, few rows) is normalised in
-# Python through the Args struct, so cpu_ranges.args holds only the keys nsys2comm reads.
-
-# integer args are read as text: numbers and numeric strings alike (as _to_int took them), converted by _strint
-_INT_ARGS = ("external_id", "correlation", "device", "stream", "bytes", "graph_id")
-_ARGS_SQL = "STRUCT(" + ", ".join(f'"{f.encode_name}" {"VARCHAR" if f.name in _INT_ARGS + ("grid", "block") else "JSON"}'
-                                  for f in msgspec.structs.fields(Args)) + ")"
-# the args of a row as JSON for _norm_args
-_ARGS_JSON_SQL = "to_json({" + ", ".join(
-    f"""'{f.encode_name}': {"_strint" if f.name in _INT_ARGS else "_dims" if f.name in ("grid", "block") else ""}"""
-    f"""(args."{f.encode_name}")"""
-    for f in msgspec.structs.fields(Args)) + "})"
-_COLUMNS = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'JSON', tid: 'JSON', ts: 'VARCHAR', "
-            "dur: 'VARCHAR', args: '" + _ARGS_SQL.replace("'", "''") + "'}")
-_KIND_SQL = "CASE cat " + " ".join(f"WHEN '{c}' THEN {k}" for c, k in _KIND.items()) + " END"
-_COMM_PREFIX_SQL = " OR ".join(f"starts_with(name, '{p}')" for p in _COMM_CPU_PREFIX)
-_COMM_KERNEL_SQL = _COMM_KERNEL_RE.pattern.replace("'", "''")
-
-_MACROS = """
-CREATE MACRO _isint(s) AS NOT (contains(s, '.') OR contains(s, 'e') OR contains(s, 'E') OR contains(lower(s), 'n'));
-CREATE MACRO _trunc(x) AS CASE WHEN abs(x) < 9e18 THEN CAST(trunc(x) AS BIGINT) END;
-CREATE MACRO _ns(s) AS CASE WHEN _isint(s) THEN TRY_CAST(s AS BIGINT) * 1000
-                            ELSE CAST(round_even(TRY_CAST(s AS DOUBLE) * 1000, 0) AS BIGINT) END;
-CREATE MACRO _pidint(j) AS CASE json_type(j) WHEN 'BIGINT' THEN CAST(j AS BIGINT) WHEN 'UBIGINT' THEN TRY_CAST(j AS BIGINT)
-                                             WHEN 'DOUBLE' THEN _trunc(CAST(j AS DOUBLE)) END;
-CREATE MACRO _strint(s) AS CASE WHEN _isint(s) THEN TRY_CAST(s AS BIGINT) ELSE _trunc(TRY_CAST(s AS DOUBLE)) END;
-CREATE MACRO _int(j) AS CASE json_type(j) WHEN 'VARCHAR' THEN _strint(json_extract_string(j, '$')) ELSE _pidint(j) END;
--- grid / block: a JSON array read as text, e.g. '[132,1,1]'
-CREATE MACRO _dims(v) AS CASE WHEN starts_with(v, '[') THEN list_transform(string_split(trim(v, '[] '), ','),
-                                                                          lambda x: _strint(trim(x, ' "'))) END;
-CREATE MACRO _dim(v, i) AS CASE WHEN len(_dims(v)) = 3 THEN _dims(v)[i] END;
-CREATE MACRO _present(j) AS j IS NOT NULL AND j::VARCHAR <> 'null';
-CREATE MACRO _copy_kind(tok) AS CASE WHEN tok IN ('HtoD', 'DtoH', 'DtoD', 'HtoH', 'PtoP') THEN tok ELSE 'other' END;
-"""
-
-_args_decoder = msgspec.json.Decoder(Args)
+def _int_or_none(v):
+    return v if type(v) is int else None
 
 
-def _norm_args(s: str | None) -> Args:
-    """Args from DuckDB's to_json of the args struct (absent keys are null)."""
-    if s is None:
-        return _EMPTY_ARGS
-    try:
-        a = _args_decoder.decode(s)
-    except msgspec.ValidationError:
-        d = orjson.loads(s)
-        return Args(**{attr: _ARG_CONVERT.get(attr, _to_int)(d[key]) for attr, key in _ALL_ARG_KEYS
-                       if d.get(key) is not None})
-    if a.pg_ranks is not _NULL or a.input_dims is not _NULL or a.input_type is not _NULL:
-        fix = {attr: _NULL for attr in ("pg_ranks", "input_dims", "input_type") if bytes(getattr(a, attr)) == b"null"}
-        if fix:
-            a = msgspec.structs.replace(a, **fix)
-    return a
+def _copy_kind(name: str) -> str:
+    m = _MEMCPY_TOKEN.search(name)
+    if m:
+        return _COPY_KINDS.get(m.group(1), "other")
+    return "other"
 
 
 class _State:
-    """Per-file counters and flags, carried across piece groups."""
-
     def __init__(self, rank: int):
         self.rank = rank
+        self.rows: dict[str, list[tuple]] = {t: [] for t in SCHEMAS}
         self.next_id = {t: 0 for t in SCHEMAS}
         self.devices: set[int] = set()
+        self.n_kernels = 0
+        self.n_events = 0
         self.float_ts = False
         self.int_ts = False
         self.kernel_coll_args = False
         self.kernel_pg_args = False
         self.kernel_p2p_args = False
         self.kernel_seq = False
+        self.legacy_cats = False
         self.driver = False
         self.first_cpu_pid: int | None = None
         self.min_ts: float | None = None
+        self.comm_name_cache: dict[str, bool] = {}
 
+    def flush(self) -> Iterator[Batch]:
+        for table, rows in self.rows.items():
+            if rows:
+                schema = SCHEMAS[table]
+                arrays = [pa.array(col, type=f.type) for col, f in zip(zip(*rows), schema)]
+                rows.clear()
+                yield Batch(table, pa.Table.from_arrays(arrays, schema=schema))
 
-def _tmp_root() -> str | None:
-    import os
-    import shutil
-
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        try:
-            if shutil.disk_usage("/dev/shm").free > (1 << 30):
-                return "/dev/shm"
-        except OSError:
-            pass
-    return None
-
-
-class _Scanner:
-    """A private in-memory DuckDB that turns files of JSON event arrays into canonical batches."""
-
-    def __init__(self, rank: int, threads: int):
-        import duckdb
-
-        self.con = duckdb.connect(config={"threads": max(1, threads), "memory_limit": "512MB",
-                                          "preserve_insertion_order": True})
-        self.con.execute(_MACROS)
-        self.st = _State(rank)
-
-    def close(self) -> None:
-        self.con.close()
-
-    def scan(self, files: list[str]) -> Iterator[Batch]:
-        """Batches for the events in files (read in order); duckdb.Error when DuckDB rejects one of them."""
-        con, st = self.con, self.st
-        flist = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
-        con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _ev AS
-        SELECT k, coalesce(name, '') AS name, pid, tid, ts, dur, args, _ns(ts) AS s, _ns(dur) AS d
-        FROM (SELECT {_KIND_SQL} AS k, * FROM read_json({flist}, format = 'array', columns = {_COLUMNS}))
-        WHERE k IS NOT NULL AND ph = 'X' AND _ns(ts) IS NOT NULL""")
-        return self._batches()
-
-    def _batches(self) -> Iterator[Batch]:
-        con, st = self.con, self.st
-        rank = st.rank
-        nid = st.next_id
-        n, mn, has_float, has_int, driver = con.execute(
-            "SELECT count(*), min(TRY_CAST(ts AS DOUBLE)), bool_or(NOT _isint(ts)), bool_or(_isint(ts)), "
-            "bool_or(k = 5 AND _strint(args.correlation) IS NOT NULL) FROM _ev").fetchone()
-        if not n:
-            return
-        if mn is not None and (st.min_ts is None or mn < st.min_ts):
-            st.min_ts = mn
-        st.float_ts |= bool(has_float)
-        st.int_ts |= bool(has_int)
-        st.driver |= bool(driver)
-        if st.first_cpu_pid is None:
-            row = con.execute("SELECT _pidint(pid) FROM _ev WHERE _pidint(pid) IS NOT NULL AND ("
-                              "(k IN (4, 5) AND _strint(args.correlation) IS NOT NULL) OR k = 6 OR "
-                              f"(k = 8 AND ({_COMM_PREFIX_SQL}))) ORDER BY rowid LIMIT 1").fetchone()
-            if row:
-                st.first_cpu_pid = row[0]
-        con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _comm_names AS
-        SELECT name FROM (SELECT DISTINCT name FROM _ev WHERE k = 1)
-        WHERE regexp_matches(CASE WHEN starts_with(name, 'void ') THEN name[6:] ELSE name END, '{_COMM_KERNEL_SQL}', 'i');
-        CREATE OR REPLACE TEMP TABLE _k AS
-        SELECT rowid AS o, row_number() OVER (ORDER BY rowid) - 1 + {nid['kernels']} AS kernel_id, {rank} AS rank,
-          coalesce(_strint(args.device), _pidint(pid), 0) AS device_id,
-          coalesce(_strint(args.stream), _pidint(tid)) AS stream_id, s AS start_ns, s + coalesce(d, 0) AS end_ns, name,
-          _strint(args.correlation) AS correlation_id,
-          _dim(args.grid, 1) AS grid_x, _dim(args.grid, 2) AS grid_y, _dim(args.grid, 3) AS grid_z,
-          _dim(args.block, 1) AS block_x, _dim(args.block, 2) AS block_y, _dim(args.block, 3) AS block_z,
-          _strint(args."graph id") AS graph_id,
-          _present(args."Collective name") OR name IN (SELECT name FROM _comm_names) AS stage
-        FROM _ev WHERE k = 1""")
-        kernels = con.sql("SELECT * EXCLUDE (o, stage) FROM _k ORDER BY o").to_arrow_table()
-        mem = con.sql(f"""
-        SELECT row_number() OVER (ORDER BY rowid) - 1 + {nid['mem_ops']} AS memop_id, {rank} AS rank,
-          coalesce(_strint(args.device), _pidint(pid), 0) AS device_id,
-          coalesce(_strint(args.stream), _pidint(tid)) AS stream_id, s AS start_ns, s + coalesce(d, 0) AS end_ns,
-          CASE k WHEN 2 THEN 'memcpy' ELSE 'memset' END AS kind,
-          CASE WHEN k = 2 THEN _copy_kind(regexp_extract(name, '(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD|AtoH|HtoA|AtoA)', 1))
-               END AS copy_kind,
-          _strint(args.bytes) AS bytes, name, _strint(args.correlation) AS correlation_id
-        FROM _ev WHERE k IN (2, 3) ORDER BY rowid""").to_arrow_table()
-        api = con.sql(f"""
-        SELECT row_number() OVER (ORDER BY rowid) - 1 + {nid['api_calls']} AS call_id, {rank} AS rank,
-          _pidint(pid) AS pid, _pidint(tid) AS tid, s AS start_ns, s + coalesce(d, 0) AS end_ns, name,
-          _strint(args.correlation) AS correlation_id, CASE k WHEN 4 THEN 'runtime' ELSE 'driver' END AS api
-        FROM _ev WHERE k IN (4, 5) AND _strint(args.correlation) IS NOT NULL ORDER BY rowid""").to_arrow_table()
-        cpu = con.sql(f"""
-        SELECT row_number() OVER (ORDER BY o) - 1 + {nid['cpu_ranges']} AS range_id, * EXCLUDE (o) FROM (
-          SELECT rowid AS o, {rank} AS rank, _pidint(pid) AS pid, _pidint(tid) AS tid, s AS start_ns,
-            s + coalesce(d, 0) AS end_ns, name,
-            CASE k WHEN 6 THEN 'user_annotation' WHEN 7 THEN 'gpu_user_annotation'
-                   ELSE (CASE WHEN starts_with(name, 'ProfilerStep') THEN 'user_annotation' ELSE 'cpu_op' END) END AS kind,
-            CASE WHEN k = 7 THEN _pidint(pid) END AS device_id,
-            CASE WHEN k = 8 THEN {_ARGS_JSON_SQL} END AS args
-          FROM _ev WHERE k IN (6, 7) OR (k = 8 AND ({_COMM_PREFIX_SQL}))
-          UNION ALL
-          SELECT k.o, k.rank, NULL, k.kernel_id, k.start_ns, k.end_ns, k.name, '_kernel_args', k.device_id,
-                 CASE WHEN e.args IS NULL THEN '{{}}' ELSE {_ARGS_JSON_SQL} END
-          FROM _k k JOIN _ev e ON e.rowid = k.o WHERE k.stage) ORDER BY o""").to_arrow_table()
-        devs = con.execute("SELECT DISTINCT device_id FROM _k UNION SELECT DISTINCT coalesce(_strint(args.device), "
-                           "_pidint(pid), 0) FROM _ev WHERE k IN (2, 3)").fetchall()
-        st.devices.update(d for d, in devs)
-        if cpu.num_rows:
-            kinds = cpu["kind"].to_pylist()
-            out = []
-            for kind, s in zip(kinds, cpu["args"].to_pylist()):
-                if s is None:
-                    out.append(None)
-                    continue
-                a = _norm_args(s)
-                if kind == "_kernel_args":
-                    self._flags(a)
-                    out.append(_encode(a).decode())
+    def add_events(self, events) -> None:  # noqa: C901 - the hot loop, kept flat on purpose
+        rank = self.rank
+        K = self.rows["kernels"].append
+        M = self.rows["mem_ops"].append
+        A = self.rows["api_calls"].append
+        C = self.rows["cpu_ranges"].append
+        kind_of = _KIND.get
+        nid = self.next_id
+        nk, nm, na = nid["kernels"], nid["mem_ops"], nid["api_calls"]
+        comm_cache = self.comm_name_cache
+        devices = self.devices
+        empty = _EMPTY_ARGS
+        min_ts = self.min_ts
+        int_ts = float_ts = False
+        self.n_events += len(events)
+        for e in events:
+            kind = kind_of(e.cat)
+            if kind is None or e.ph != "X":
+                continue
+            t = e.ts
+            if t is None:
+                continue
+            if type(t) is int:
+                start = t * 1000
+                int_ts = True
+            else:
+                start = round(t * 1000)
+                float_ts = True
+            d = e.dur
+            if d is None:
+                end = start
+            elif type(d) is int:
+                end = start + d * 1000
+            else:
+                end = start + round(d * 1000)
+            if min_ts is None or t < min_ts:
+                min_ts = t
+            a = e.args
+            if a is None:
+                a = empty
+            name = e.name
+            if name is None:
+                name = ""
+            if kind == 1:  # kernel
+                pid = e.pid
+                dev = a.device
+                if dev is None:
+                    dev = pid if type(pid) is int else 0
+                stream = a.stream
+                if stream is None:
+                    stream = _int_or_none(e.tid)
+                g = a.grid
+                if g is None or len(g) != 3:
+                    g = _NONE3
+                b = a.block
+                if b is None or len(b) != 3:
+                    b = _NONE3
+                K((nk, rank, dev, stream, start, end, name, a.correlation, g[0], g[1], g[2], b[0], b[1], b[2],
+                   a.graph_id))
+                devices.add(dev)
+                is_comm = comm_cache.get(name)
+                if is_comm is None:
+                    is_comm = comm_cache[name] = bool(_COMM_KERNEL_RE.search(name[5:] if name.startswith("void ") else name))
+                if is_comm or a.coll is not None:
+                    self._stage_kernel_args(nk, e, a, start, end, dev)
+                nk += 1
+            elif kind == 2 or kind == 3:  # memcpy / memset
+                pid = e.pid
+                dev = a.device
+                if dev is None:
+                    dev = pid if type(pid) is int else 0
+                stream = a.stream
+                if stream is None:
+                    stream = _int_or_none(e.tid)
+                if kind == 2:
+                    M((nm, rank, dev, stream, start, end, "memcpy", _copy_kind(name), a.bytes, name, a.correlation))
                 else:
-                    b = _encode(a)
-                    out.append(None if b == b"{}" else b.decode())
-            cpu = cpu.set_column(cpu.schema.get_field_index("args"), "args", pa.array(out, pa.string()))
-        for table, data in (("kernels", kernels), ("mem_ops", mem), ("api_calls", api), ("cpu_ranges", cpu)):
-            if data.num_rows:
-                nid[table] += data.num_rows
-                yield Batch(table, data.cast(SCHEMAS[table]))
+                    M((nm, rank, dev, stream, start, end, "memset", None, a.bytes, name, a.correlation))
+                nm += 1
+                devices.add(dev)
+            elif kind == 4 or kind == 5:  # runtime / driver call
+                if a.correlation is None:
+                    continue
+                pid = e.pid
+                if type(pid) is not int:
+                    pid = None
+                elif self.first_cpu_pid is None:
+                    self.first_cpu_pid = pid
+                A((na, rank, pid, _int_or_none(e.tid), start, end, name, a.correlation,
+                   "runtime" if kind == 4 else "driver"))
+                na += 1
+                if kind == 5:
+                    self.driver = True
+            else:  # 6 user_annotation, 7 gpu_user_annotation, 8 cpu_op
+                if kind == 8:
+                    if not name.startswith(_COMM_CPU_PREFIX):
+                        continue
+                    ckind = "cpu_op" if not name.startswith("ProfilerStep") else "user_annotation"
+                    args_json = self._args_json(a)
+                elif kind == 6:
+                    ckind = "user_annotation"
+                    args_json = None
+                else:
+                    ckind = "gpu_user_annotation"
+                    args_json = None
+                rid = nid["cpu_ranges"]
+                nid["cpu_ranges"] = rid + 1
+                pid = _int_or_none(e.pid)
+                C((rid, rank, pid, _int_or_none(e.tid), start, end, name, ckind, pid if kind == 7 else None, args_json))
+                if kind != 7 and self.first_cpu_pid is None and pid is not None:
+                    self.first_cpu_pid = pid
+        nid["kernels"], nid["mem_ops"], nid["api_calls"] = nk, nm, na
+        self.min_ts = min_ts
+        self.int_ts |= int_ts
+        self.float_ts |= float_ts
 
-    def _flags(self, a: Args) -> None:
-        st = self.st
+    @staticmethod
+    def _args_json(a: Args) -> str | None:
+        b = _encode(a)
+        return None if b == b"{}" else b.decode()
+
+    def _stage_kernel_args(self, kid: int, e: Event, a: Args, start: int, end: int, dev: int) -> None:
         if a.coll is not None:
-            st.kernel_coll_args = True
+            self.kernel_coll_args = True
             if a.pg_name is not None or a.pg_ranks is not _NULL:
-                st.kernel_pg_args = True
+                self.kernel_pg_args = True
             if a.src_rank is not None or a.dst_rank is not None:
-                st.kernel_p2p_args = True
+                self.kernel_p2p_args = True
             if a.seq is not None:
-                st.kernel_seq = True
-
+                self.kernel_seq = True
+        rid = self.next_id["cpu_ranges"]
+        self.next_id["cpu_ranges"] = rid + 1
+        self.rows["cpu_ranges"].append((rid, self.rank, None, kid, start, end, e.name or "", "_kernel_args", dev,
+                                        _encode(a).decode()))
 
 
 # ---------------------------------------------------------------------------------------------- rank
@@ -500,24 +468,77 @@ def _resolve_rank(path: Path, options: ReadOptions, dist: dict) -> tuple[int, st
 # ---------------------------------------------------------------------------------------------- read
 
 
-def _threads(options: ReadOptions) -> int:
-    """DuckDB threads for the JSON scans (kineto_workers: a test/bench override)."""
-    import os
+def _process(events, rank: int) -> tuple[dict[str, pa.Table], "_State"]:
+    st = _State(rank)
+    st.add_events(events)
+    tables = {b.table: b.data for b in st.flush()}
+    st.comm_name_cache = {}
+    return tables, st
 
+
+def _work(piece: bytes, rank: int):
+    """Worker: decode one raw piece (see kineto_stream.iter_raw); None when the cut was not at top level."""
+    try:
+        events = decode_events(b"[" + piece + b"{}]")
+    except msgspec.DecodeError:
+        return None
+    return _process(events, rank)
+
+
+def _workers(path: Path, options: ReadOptions) -> int:
+    """Decoder processes: 0 (in-process) for small files, inside pool workers, or on one core."""
     n = options.extra.get("kineto_workers")
     if n is not None:
-        return max(1, int(n))
-    return max(1, min(os.cpu_count() or 1, 8))
+        return int(n)
+    import multiprocessing
+    import os
+
+    if multiprocessing.parent_process() is not None or (os.cpu_count() or 1) < 2:
+        return 0
+    size = path.stat().st_size
+    gz = path.name.endswith(".gz")
+    return min(2, os.cpu_count() or 1) if size > (8 << 20 if gz else 64 << 20) else 0
+
+
+class _Totals:
+    """Running per-file counters; shifts per-piece row ids to per-file ids."""
+
+    def __init__(self, rank: int):
+        self.st = _State(rank)
+
+    def merge(self, tables: dict[str, pa.Table], st: "_State") -> Iterator[Batch]:
+        import pyarrow.compute as pc
+
+        from .base import ID_COLUMNS
+
+        tot = self.st
+        koff = tot.next_id["kernels"]
+        for table, data in tables.items():
+            off = tot.next_id[table]
+            if off:
+                idc = ID_COLUMNS[table]
+                data = data.set_column(data.schema.get_field_index(idc), idc, pc.add(data[idc], pa.scalar(off, pa.int64())))
+            if table == "cpu_ranges" and koff:
+                staged = pc.equal(data["kind"], "_kernel_args")
+                data = data.set_column(data.schema.get_field_index("tid"), "tid",
+                                       pc.if_else(staged, pc.add(data["tid"], pa.scalar(koff, pa.int64())), data["tid"]))
+            yield Batch(table, data)
+        for t in tot.next_id:
+            tot.next_id[t] += st.next_id[t]
+        tot.devices |= st.devices
+        tot.n_events += st.n_events
+        for flag in ("float_ts", "int_ts", "kernel_coll_args", "kernel_pg_args", "kernel_p2p_args", "kernel_seq",
+                     "driver"):
+            setattr(tot, flag, getattr(tot, flag) or getattr(st, flag))
+        if tot.first_cpu_pid is None:
+            tot.first_cpu_pid = st.first_cpu_pid
+        if st.min_ts is not None and (tot.min_ts is None or st.min_ts < tot.min_ts):
+            tot.min_ts = st.min_ts
 
 
 def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Iterator[Batch]:
-    """Stream the event array: groups of raw pieces scanned by DuckDB (one file per thread), with a sequential,
-    validated fallback (kineto_stream.split_validated + msgspec/orjson) for pieces DuckDB rejects."""
-    import os
-    import shutil
-    import tempfile
-
-    import duckdb
+    """Stream the event array: parallel speculative decoding of raw pieces, sequential validated fallback."""
+    from collections import deque
 
     from .kineto_stream import finish, iter_raw, split_validated
 
@@ -525,90 +546,71 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     _, header = next(src)
     out["header"] = header
     rank, _ = _resolve_rank(path, options, _dist_info(header, {}))
-    threads = _threads(options)
-    scanner = _Scanner(rank, threads)
-    out["state"] = scanner.st
-    tmp = tempfile.mkdtemp(prefix="nsys2comm-kineto-", dir=_tmp_root())
-    counter = 0
+    totals = _Totals(rank)
+    out["totals"] = totals
+    nworkers = _workers(path, options)
     pending = b""  # sequential mode: bytes not yet cut at a validated boundary
-    parallel = True
-
-    def write(*chunks: bytes) -> str:
-        nonlocal counter
-        fn = os.path.join(tmp, f"{counter:06d}.json")
-        counter += 1
-        with open(fn, "wb") as f:
-            for c in chunks:
-                f.write(c)
-        return fn
-
-    def scan(files: list[str]):
-        """Batches of the files, or None when DuckDB rejects one (nothing was yielded then)."""
-        try:
-            batches = scanner.scan(files)
-        except duckdb.Error:
-            return None
-        finally:
-            for f in files:
-                os.remove(f)
-        return list(batches)
-
-    def clean(events: list[Event]) -> list[Batch]:
-        """Events decoded in Python (validated): re-encoded as plain JSON, which DuckDB always reads."""
-        if not events:
-            return []
-        res = scan([write(_encode(events))])
-        if res is None:
-            raise InputError("has event values nsys2comm cannot read", path=str(path),
-                             hint="the trace file is damaged; re-export it")
-        return res
+    tail = b""
+    pool = None
+    inflight: deque = deque()
 
     def sequential(piece: bytes) -> Iterator[Batch]:
         nonlocal pending
         if not pending:
-            res = scan([write(b"[", piece, b"{}]")])
+            res = _work(piece, rank)
             if res is not None:
-                yield from res
+                yield from totals.merge(*res)
                 return
         pending = pending + piece if pending else piece
         cut, events = split_validated(pending, path, decode_events)
         if cut > 0:
             pending = pending[cut:]
-            yield from clean(events)
-
-    group: list[bytes] = []
-
-    def flush() -> Iterator[Batch]:
-        nonlocal parallel
-        pieces = group[:]
-        group.clear()
-        if parallel:
-            res = scan([write(b"[", p, b"{}]") for p in pieces])
-            if res is not None:
-                yield from res
-                return
-            parallel = False  # a cut inside a string or nested object (or odd values): validated cuts from here on
-        for p in pieces:
-            yield from sequential(p)
+            yield from totals.merge(*_process(events, rank))
 
     try:
-        tail = b""
+        if nworkers > 0:
+            pool = process_pool(nworkers)
+        parallel = pool is not None
         for what, piece in src:
             if what == "tail":
                 tail = piece
                 break
-            group.append(piece)
-            if len(group) >= threads:
-                yield from flush()
-        if group:
-            yield from flush()
-        events, trailer = finish(pending + tail if pending else tail, path)
-        out["trailer"] = trailer
-        yield from clean([ev for ev in map(_tolerant_event, events) if ev is not None])
+            if not parallel:
+                yield from sequential(piece)
+                continue
+            inflight.append((piece, pool.submit(_work, piece, rank)))
+            while len(inflight) > nworkers:
+                p0, fut = inflight.popleft()
+                res = fut.result()
+                if res is None:  # a cut inside a string or nested object: go sequential from here on
+                    parallel = False
+                    rest = [p0] + [p for p, f in inflight]
+                    for _, f in inflight:
+                        f.cancel()
+                    inflight.clear()
+                    for p in rest:
+                        yield from sequential(p)
+                    break
+                yield from totals.merge(*res)
+        while inflight:
+            p0, fut = inflight.popleft()
+            res = fut.result() if parallel else None
+            if res is None:
+                parallel = False
+                yield from sequential(p0)
+                for p, f in inflight:
+                    f.cancel()
+                    yield from sequential(p)
+                inflight.clear()
+                break
+            yield from totals.merge(*res)
     finally:
-        scanner.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    events, trailer = finish(pending + tail if pending else tail, path)
+    out["trailer"] = trailer
+    if events:
+        yield from totals.merge(*_process([ev for ev in map(_tolerant_event, events) if ev is not None], rank))
 
 
 def read(path, options: ReadOptions | None = None, *, block: int = BLOCK) -> Iterator[Batch]:
@@ -617,7 +619,7 @@ def read(path, options: ReadOptions | None = None, *, block: int = BLOCK) -> Ite
     out: dict = {}
     yield from _read_events(path, options, block, out)
     header, trailer = out["header"], out["trailer"]
-    state = out["state"]
+    state = out["totals"].st
     dist = _dist_info(header, trailer)
     rank, rank_source = _resolve_rank(path, options, dist)  # the final word (distributedInfo may be in the trailer)
     base = _to_int(trailer.get("baseTimeNanoseconds", header.get("baseTimeNanoseconds")))
