@@ -5,9 +5,9 @@ boundaries (``}`` ws ``,`` ws ``{``) near the end of the buffer; decoding ``b"["
 cut is at top level (a cut inside a string or a nested object cannot decode), otherwise an earlier candidate is
 tried. Nothing but one block (plus a partial event) is held at a time.
 
-``iter_chunks(path, decode)`` yields ``("header", dict)``, then ``("events", decode(b"[" + piece + b"]"))`` for
-each piece, then possibly ``("objects", list_of_dicts)`` for the last few events (decoded with the json module),
-then ``("trailer", dict)``. Errors are :class:`nsys2comm.errors.InputError`.
+``iter_raw(path)`` yields ``("header", dict)``, then raw pieces of the event array for speculative (parallel)
+decoding, then ``("tail", bytes)``; ``split_validated`` and ``finish`` cut and close what is left. Errors are
+:class:`nsys2comm.errors.InputError`.
 """
 
 from __future__ import annotations
@@ -226,57 +226,3 @@ def split_validated(buf: bytes, path: Path, decode) -> tuple[int, object]:
 def finish(buf: bytes, path: Path) -> tuple[list, dict]:
     return _finish(buf, path)
 
-
-def iter_chunks(path: Path, decode, block: int = BLOCK) -> Iterator[tuple[str, object]]:
-    f = open_stream(path)
-    try:
-        # --- header: find "traceEvents": [
-        buf = b""
-        eof = False
-        while True:
-            m = _TRACE_EVENTS_KEY.search(buf)
-            if m:
-                break
-            if eof or len(buf) > _HEADER_LIMIT:
-                if not buf.strip():
-                    raise InputError("is empty", path=str(path), hint="give a Kineto trace (.json/.json.gz)")
-                if buf.lstrip()[:1] not in (b"{", b"["):
-                    raise InputError("is not JSON", path=str(path), hint="give a Kineto trace (.json/.json.gz)")
-                if eof:
-                    try:
-                        _decode_any.decode(buf)
-                    except msgspec.DecodeError:
-                        raise InputError("is truncated or malformed JSON (no traceEvents array found)", path=str(path),
-                                         hint=HINT_TRUNCATED) from None
-                raise _not_kineto(path)
-            data = _read(f, block, path)
-            if not data:
-                eof = True
-            buf += data
-        yield "header", _parse_header(buf[:m.start()], path)
-        buf = buf[m.end():]
-        consumed = m.end()
-        # --- events
-        while True:
-            if not eof:
-                data = _read(f, block, path)
-                if data:
-                    buf = buf + data if buf else data
-                else:
-                    eof = True
-            cut, decoded = _split(buf, path, consumed, decode) if len(buf) > 1 else (-1, None)
-            if cut > 0:
-                yield "events", decoded
-                consumed += cut
-                buf = buf[cut:]
-            if eof:
-                events, trailer = _finish(buf, path)
-                if events:
-                    yield "objects", events
-                yield "trailer", trailer
-                return
-            if cut <= 0 and len(buf) > 4 * block + (256 << 20):
-                raise InputError("has malformed JSON in the traceEvents array (no event boundary found)",
-                                 path=str(path), hint="the trace file is damaged; re-export it")
-    finally:
-        f.close()
