@@ -258,6 +258,13 @@ SCHEMAS = {
 
 _NONE3 = (None, None, None)
 
+# _State flags that date a trace (kineto.md §1.7), as files.producer reports them
+_ERA_MARKERS = (("kernel_coll_args", "collective args on kernels"),
+                ("kernel_pg_args", "process-group args on kernels"),
+                ("kernel_p2p_args", "Src/Dst Rank on kernels"),
+                ("kernel_seq", "Seq on kernels"),
+                ("driver", "cuda_driver events"))
+
 
 def _int_or_none(v):
     return v if type(v) is int else None
@@ -640,16 +647,7 @@ def read(path, options: ReadOptions | None = None, *, block: int = BLOCK) -> Ite
         markers.append("fractional ts")
     elif state.int_ts:
         markers.append("integer ts")
-    if state.kernel_coll_args:
-        markers.append("collective args on kernels")
-    if state.kernel_pg_args:
-        markers.append("process-group args on kernels")
-    if state.kernel_p2p_args:
-        markers.append("Src/Dst Rank on kernels")
-    if state.kernel_seq:
-        markers.append("Seq on kernels")
-    if state.driver:
-        markers.append("cuda_driver events")
+    markers += [label for flag, label in _ERA_MARKERS if getattr(state, flag)]
     if "pg_config" in dist:
         markers.append("distributedInfo.pg_config")
     if dist.get("nccl_version"):
