@@ -43,17 +43,16 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import struct
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import quote
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
 from .base import Batch, ReadOptions
+from .nvtx_payload import PayloadDecoder
 
 SOURCE = "nsys"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -74,17 +73,7 @@ _CANON_COPY = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"}
 # ENUM_CUDA_MEM_KIND (nsys numbering, not CUPTI's): labels as Kineto prints them
 _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
              6: "Managed Static", 7: "Unknown"}
-# NVTX payload entry types (nvToolsExtPayload.h) -> struct format (LP64, little endian)
-_ENTRY_FMT = {1: "b", 2: "B", 3: "h", 4: "H", 5: "i", 6: "I", 7: "q", 8: "Q", 9: "q", 10: "Q", 11: "b", 12: "B",
-              13: "h", 14: "H", 15: "i", 16: "I", 17: "q", 18: "Q", 19: "f", 20: "d", 22: "Q", 23: "Q"}
-_SCHEMA_ID_STATIC_START = 1 << 24
 _NO_CORR = 0xFFFFFFFF
-_PAYLOAD_HEADER = 32
-# payload entry label -> args key
-_ENTRY_KEYS = {"message size [bytes]": "msg_bytes", "bytes": "msg_bytes", "peer rank": "peer",
-               "nccl communicator id": "comm_id", "no. of ranks": "nranks", "rank": "rank", "root": "root",
-               "cuda device": "cuda_device", "reduction operation": "redop",
-               "parent nccl communicator id": "parent_comm_id", "color": "color", "key": "key"}
 _SECRETISH = r"(?i)^\s*(export\s+)?[a-z0-9_.-]*(key|token|secret|passw|credential|auth)[a-z0-9_.-]*\s*="
 _TEMPLATE_INT = re.compile(r"\((unsigned long long|long long|unsigned long|long|unsigned int|unsigned short|"
                            r"unsigned char|int|short|char)\)(-?\d+)")
@@ -198,74 +187,6 @@ def _columns(rows: list[tuple], types: list[pa.DataType]) -> list[pa.Array]:
     return pa.array(rows, type=st).flatten()
 
 
-class _PayloadDecoder:
-    """NVTX extended payloads -> dict of known NCCL fields, via NVTX_PAYLOAD_SCHEMA_ENTRIES."""
-
-    def __init__(self, ex: _Export):
-        self.plans: dict[tuple[int, int], tuple[list[str], struct.Struct]] = {}
-        self._by_sid: dict[int, tuple[list[str], struct.Struct]] = {}
-        self._cache: dict[tuple[int, bytes], str | None] = {}
-        t = "NVTX_PAYLOAD_SCHEMA_ENTRIES"
-        if t not in ex.tables or not {"domainId", "schemaId", "idx", "name", "type"} <= ex.cols(t):
-            return
-        off = '"offset"' if "offset" in ex.cols(t) else "NULL"
-        seen, fields = set(), {}
-        for dom, sid, idx, name, typ, o in ex.con.execute(
-                f'SELECT domainId, schemaId, idx, name, "type", {off} FROM {t} ORDER BY domainId, schemaId, idx'):
-            if (dom, sid, idx) in seen:  # one copy per process: dedupe
-                continue
-            seen.add((dom, sid, idx))
-            key = _ENTRY_KEYS.get((name or "").strip().lower())
-            if key is None or typ is None:
-                continue
-            fmt = _ENTRY_FMT.get(typ) or ("i" if typ >= _SCHEMA_ID_STATIC_START else None)
-            if fmt:
-                fields.setdefault((dom, sid), []).append((o or 0, key, fmt))
-        for k, ents in fields.items():
-            ents.sort()
-            keys, fmt, pos = [], "<", 0
-            for o, key, f in ents:
-                if o < pos or key in keys:  # overlapping or repeated fields: keep the first
-                    continue
-                fmt += f"{o - pos}x" if o > pos else ""
-                fmt += f
-                pos = o + struct.calcsize("<" + f)
-                keys.append(key)
-            self.plans[k] = (keys, struct.Struct(fmt))
-            self._by_sid.setdefault(k[1], self.plans[k])
-
-    @property
-    def entries(self) -> bool:
-        return bool(self.plans)
-
-    def decode(self, domain_id, blob) -> dict | None:
-        if not self.plans or not isinstance(blob, bytes) or len(blob) < _PAYLOAD_HEADER:
-            return None
-        sid = int.from_bytes(blob[8:16], "little")
-        plan = self.plans.get((domain_id, sid)) or self._by_sid.get(sid)
-        if plan is None:
-            return None
-        keys, st = plan
-        if len(blob) < _PAYLOAD_HEADER + st.size:
-            return None
-        out = dict(zip(keys, st.unpack_from(blob, _PAYLOAD_HEADER)))
-        for k in ("comm_id", "parent_comm_id"):
-            if k in out:
-                out[k] = str(out[k])
-        return out
-
-    def decode_json(self, domain_id, blob) -> str | None:
-        key = (domain_id, blob)
-        got = self._cache.get(key, False)
-        if got is False:
-            d = self.decode(domain_id, blob)
-            got = orjson.dumps(d).decode() if d else None
-            if len(self._cache) > 200_000:
-                self._cache.clear()
-            self._cache[key] = got
-        return got
-
-
 def _meta(ex: _Export, path: Path) -> dict:
     table = "META_DATA_EXPORT" if "META_DATA_EXPORT" in ex.tables else (
         "EXPORT_META_DATA" if "EXPORT_META_DATA" in ex.tables else None)
@@ -329,7 +250,7 @@ def _domains(ex: _Export, nccl_ids: dict[int, str]) -> dict[tuple[int, int], str
     return out
 
 
-def _comm_init_ranks(ex: _Export, nccl_ids: dict[int, str], dec: _PayloadDecoder) -> dict[int, tuple[int, int]]:
+def _comm_init_ranks(ex: _Export, nccl_ids: dict[int, str], dec: PayloadDecoder) -> dict[int, tuple[int, int]]:
     """process key -> (rank, nranks) from the largest decoded NCCL comm-init payload of that process."""
     out: dict[int, tuple[int, int]] = {}
     ids = [i for i, v in nccl_ids.items() if v.startswith(("ncclCommInit", "ncclCommSplit"))]
@@ -386,7 +307,7 @@ def _read(path: Path, options: ReadOptions) -> Iterator[Batch]:
 
     procs = _gpu_processes(ex)
     nccl_ids = _nccl_string_ids(ex)
-    dec = _PayloadDecoder(ex)
+    dec = PayloadDecoder(ex.con, ex.tables, ex.cols)
     rank_of, source, world = _assign_ranks(path, procs, _comm_init_ranks(ex, nccl_ids, dec), options)
     gpids = sorted(rank_of)
     yield Batch("ranks", pa.table({
@@ -554,7 +475,7 @@ def _api_calls(ex: _Export, offset: int, rank_keys: list[int], ranks_arr: pa.Arr
         yield Batch("api_calls", _keep_ranked(tbl))
 
 
-def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: _PayloadDecoder) -> Iterator[Batch]:
+def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDecoder) -> Iterator[Batch]:
     t = _NVTX
     if t not in ex.tables or not {"start", "eventType", "globalTid"} <= ex.cols(t):
         return
@@ -597,124 +518,38 @@ def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: _PayloadD
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# finalize: comm_ops and ingest_notes in SQL over this file's canonical rows
-
-_OPS_SQL = """
-INSERT INTO comm_ops BY NAME
-WITH ck AS (
-  SELECT kernel_id, rank, correlation_id, name, short_name,
-         kernel_name_collective(kernel_short_name(name)) AS name_coll,
-         canonical_dtype(regexp_extract(kernel_short_name(name),
-           '_(?:Sum|Prod|MinMax|Max|Min|Avg|PreMulSum|SumPostDiv)_([A-Za-z0-9_]+?)(?:_(?:RING|TREE|COLLNET|NVLS|PAT)[A-Za-z0-9_]*)?$', 1)) AS name_dtype
-  FROM kernels WHERE file_id = {f} AND kernel_class = 'communication'),
-launch AS (
-  SELECT ck.kernel_id, arg_min(a.tid, a.start_ns) AS tid, min(a.start_ns) AS l_start, arg_min(a.end_ns, a.start_ns) AS l_end
-  FROM ck JOIN api_calls a ON a.file_id = {f} AND a.rank = ck.rank AND a.correlation_id = ck.correlation_id
-  GROUP BY ck.kernel_id),
-ci AS (
-  SELECT args->>'comm_id' AS comm_id, max(TRY_CAST(args->>'nranks' AS INTEGER)) AS nranks
-  FROM cpu_ranges WHERE file_id = {f} AND domain = 'NCCL' AND args->>'nranks' IS NOT NULL GROUP BY ALL),
-nr0 AS (
-  SELECT r.range_id, r.rank, r.tid, r.start_ns, coalesce(r.end_ns, r.start_ns) AS end_ns, r.name,
-         CASE WHEN r.name = 'ncclBcast' THEN 'broadcast' ELSE canonical_collective(r.name) END AS coll,
-         TRY_CAST(r.args->>'msg_bytes' AS BIGINT) AS raw, TRY_CAST(r.args->>'peer' AS INTEGER) AS local_peer,
-         r.args->>'comm_id' AS comm_id
-  FROM cpu_ranges r WHERE r.file_id = {f} AND r.kind = 'nvtx' AND r.domain = 'NCCL'),
-pm AS (  -- NCCL's peer is a rank inside the communicator: map it to a global rank through the comm-init payloads
-  SELECT args->>'comm_id' AS comm_id, TRY_CAST(args->>'rank' AS INTEGER) AS local_peer, min(rank) AS global_peer
-  FROM cpu_ranges WHERE file_id = {f} AND domain = 'NCCL' AND args->>'nranks' IS NOT NULL AND args->>'rank' IS NOT NULL
-  GROUP BY ALL),
-nr AS (
-  SELECT nr0.*, ci.nranks,
-         CASE WHEN pm.global_peer IS NOT NULL THEN pm.global_peer
-              WHEN ci.nranks IS NULL OR ci.nranks >= (SELECT max(nranks) FROM ci) THEN nr0.local_peer END AS peer,
-         last_value(CASE WHEN name IN ('ncclGroupStart', 'ncclGroupEnd') THEN name END IGNORE NULLS) OVER (
-           PARTITION BY rank, tid ORDER BY start_ns, range_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS last_marker,
-         coalesce(sum(CASE WHEN name = 'ncclGroupEnd' THEN 1 ELSE 0 END) OVER (
-           PARTITION BY rank, tid ORDER BY start_ns, range_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS ge_seq,
-         CASE coll WHEN 'all_gather' THEN raw WHEN 'reduce_scatter' THEN raw * ci.nranks
-                   WHEN 'all_to_all' THEN raw * ci.nranks WHEN 'recv' THEN NULL ELSE raw END AS in_b,
-         CASE coll WHEN 'all_gather' THEN raw * ci.nranks WHEN 'reduce_scatter' THEN raw
-                   WHEN 'all_to_all' THEN raw * ci.nranks WHEN 'send' THEN NULL ELSE raw END AS out_b,
-         CASE coll WHEN 'all_gather' THEN raw * ci.nranks WHEN 'reduce_scatter' THEN raw * ci.nranks
-                   WHEN 'all_to_all' THEN raw * ci.nranks ELSE raw END AS s_b
-  FROM nr0 LEFT JOIN ci USING (comm_id) LEFT JOIN pm USING (comm_id, local_peer)),
-grp AS (
-  SELECT rank, tid, ge_seq, count(*) AS n_ops,
-         count(DISTINCT coll) AS n_coll, any_value(coll) AS coll1,
-         bool_and(coll IN ('send', 'recv')) AS all_p2p, bool_or(coll = 'send') AS has_send, bool_or(coll = 'recv') AS has_recv,
-         count(raw) AS n_sized, sum(in_b) AS in_b, sum(out_b) AS out_b, sum(s_b) AS s_b,
-         sum(raw) FILTER (WHERE coll = 'send') AS send_b, sum(raw) FILTER (WHERE coll = 'recv') AS recv_b,
-         count(DISTINCT peer) AS n_peer, any_value(peer) AS peer1, count(peer) AS n_peer_rows,
-         count(DISTINCT comm_id) AS n_comm, any_value(comm_id) AS comm1, max(nranks) AS nranks
-  FROM nr WHERE coll IS NOT NULL AND last_marker = 'ncclGroupStart' GROUP BY rank, tid, ge_seq),
-lk AS (
-  SELECT ck.*, l.tid, l.l_start, l.l_end FROM ck LEFT JOIN launch l USING (kernel_id)),
-hit AS (
-  SELECT lk.kernel_id, r.range_id, r.name AS r_name, r.coll, r.raw, r.in_b, r.out_b, r.s_b, r.peer, r.comm_id,
-         r.nranks, r.ge_seq, r.tid AS r_tid
-  FROM lk ASOF JOIN nr r ON lk.rank = r.rank AND lk.tid = r.tid AND lk.l_start >= r.start_ns
-  WHERE lk.l_end <= r.end_ns AND (r.coll IS NOT NULL OR r.name = 'ncclGroupEnd')),
-op AS (
-  SELECT lk.kernel_id, lk.rank, lk.name_coll, lk.name_dtype, h.r_name,
-         -- one operation launched inside its own range
-         CASE WHEN h.coll IS NOT NULL THEN h.coll
-              WHEN g.n_ops IS NULL THEN NULL
-              WHEN g.all_p2p THEN CASE WHEN g.has_send AND g.has_recv THEN 'send_recv' WHEN g.has_send THEN 'send' ELSE 'recv' END
-              WHEN g.n_coll = 1 THEN g.coll1 END AS coll,
-         CASE WHEN h.coll IS NOT NULL THEN 1 ELSE g.n_ops END AS n_ops,
-         CASE WHEN h.coll IS NOT NULL THEN h.in_b
-              WHEN g.n_sized = g.n_ops THEN CASE WHEN g.all_p2p THEN g.send_b ELSE g.in_b END END AS in_b,
-         CASE WHEN h.coll IS NOT NULL THEN h.out_b
-              WHEN g.n_sized = g.n_ops THEN CASE WHEN g.all_p2p THEN g.recv_b ELSE g.out_b END END AS out_b,
-         CASE WHEN h.coll IS NOT NULL THEN h.s_b
-              WHEN g.n_sized = g.n_ops THEN CASE WHEN g.all_p2p AND g.has_send THEN g.send_b
-                                                 WHEN g.all_p2p THEN g.recv_b ELSE g.s_b END END AS s_b,
-         CASE WHEN h.coll IS NOT NULL THEN h.peer WHEN g.n_peer = 1 AND g.n_peer_rows = g.n_ops THEN g.peer1 END AS peer,
-         CASE WHEN h.coll IS NOT NULL THEN h.comm_id WHEN g.n_comm = 1 THEN g.comm1 END AS comm_id,
-         CASE WHEN h.coll IS NOT NULL THEN h.nranks WHEN g.n_comm = 1 THEN g.nranks END AS nranks
-  FROM lk LEFT JOIN hit h USING (kernel_id)
-  LEFT JOIN grp g ON h.coll IS NULL AND g.rank = lk.rank AND g.tid = h.r_tid AND g.ge_seq = h.ge_seq)
-SELECT kernel_id, {f} AS file_id, rank,
-       coalesce(coll, name_coll, 'unknown') AS collective,
-       CASE WHEN dt IS NOT NULL AND s_b IS NOT NULL THEN s_b // dtype_bytes(dt) END AS element_count,
-       dt AS dtype, in_b AS in_bytes, out_b AS out_bytes, s_b AS msg_bytes,
-       nranks AS group_size, comm_id AS pg_name, NULL AS pg_desc, NULL AS pg_ranks, peer AS peer_rank, NULL AS seq,
-       comm_id, coalesce(n_ops, 1) AS n_ops,
-       CASE WHEN coll IS NOT NULL THEN 'nvtx' ELSE 'kernel_name' END AS collective_source,
-       CASE WHEN s_b IS NOT NULL THEN 'nvtx_payload' END AS size_source,
-       CASE WHEN nranks IS NOT NULL OR comm_id IS NOT NULL THEN 'nvtx_payload' END AS group_source,
-       CASE WHEN peer IS NOT NULL THEN 'nvtx_payload' END AS peer_source
-FROM (SELECT *, CASE WHEN coalesce(coll, name_coll) IN ('all_reduce', 'reduce_scatter', 'reduce')
-                      AND name_coll = coalesce(coll, name_coll) THEN name_dtype END AS dt FROM op)
-"""
+# finalize: comm_ops (queries/ingest/nsys_comm_ops.sql) and ingest_notes over this file's canonical rows
 
 
 def finalize(con, file_id: int) -> None:
     f = int(file_id)
-    con.execute(_OPS_SQL.format(f=f))
-    n_comm, n_nvtx_linked, n_sized = con.execute(
-        f"SELECT count(*), count(*) FILTER (WHERE collective_source = 'nvtx'), count(msg_bytes) "
-        f"FROM comm_ops WHERE file_id = {f}").fetchone()
+    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _nsys_comm_ops(?)", [f])
+    n_comm, n_sized, n_elems_only = con.execute(
+        "SELECT count(*), count(msg_bytes), count(*) FILTER (WHERE msg_bytes IS NULL AND element_count IS NOT NULL) "
+        "FROM comm_ops WHERE file_id = ?", [f]).fetchone()
     if not n_comm:
         return
-    has_nccl_nvtx = con.execute(
-        f"SELECT count(*) FROM cpu_ranges WHERE file_id = {f} AND domain = 'NCCL'").fetchone()[0] > 0
+    n_nccl, n_pt = con.execute(
+        "SELECT count(*) FILTER (WHERE domain = 'NCCL'), count(*) FILTER (WHERE domain IS NULL AND name LIKE 'nccl:%') "
+        "FROM cpu_ranges WHERE file_id = ? AND kind = 'nvtx'", [f]).fetchone()
     notes = []
-    if not has_nccl_nvtx:
+    if not n_nccl and not n_pt:
         notes.append((None, "warning", "no_nccl_nvtx",
-                      f"{n_comm} communication kernels but no NCCL NVTX ranges: collectives come from kernel names "
-                      "only; profile with nsys profile --trace=cuda,nvtx (NCCL >= 2.8.3, NCCL_NVTX_DISABLE unset)"))
+                      f"{n_comm} communication kernels but no NCCL or PyTorch NVTX ranges: collectives come from "
+                      "kernel names only; profile with nsys profile --trace=cuda,nvtx (NCCL >= 2.8.3, "
+                      "NCCL_NVTX_DISABLE unset), and torch.autograd.profiler.emit_nvtx(record_shapes=True)"))
     else:
         for rank, n in con.execute(
-                f"SELECT rank, count(*) FROM comm_ops WHERE file_id = {f} AND collective_source <> 'nvtx' "
-                f"GROUP BY rank ORDER BY rank").fetchall():
+                "SELECT rank, count(*) FROM comm_ops WHERE file_id = ? AND collective_source = 'kernel_name' "
+                "GROUP BY rank ORDER BY rank", [f]).fetchall():
             notes.append((rank, "info", "orphan_kernels",
-                          f"{n} communication kernels not linked to an NCCL NVTX range (launched outside the "
-                          "captured window or outside NCCL API calls); collective taken from the kernel name"))
+                          f"{n} communication kernels not linked to an NCCL or PyTorch NVTX range (launched outside "
+                          "the captured window or outside NCCL API calls); collective taken from the kernel name"))
     if n_sized < n_comm:
+        why = (f"{n_elems_only} of them have element counts from PyTorch's NVTX sizes but no dtype; " if n_elems_only
+               else "")
         notes.append((None, "warning", "no_msg_sizes",
-                      f"message sizes unknown for {n_comm - n_sized} of {n_comm} communication kernels: the export "
-                      f"has no NCCL NVTX payloads; re-export with: {_REEXPORT} (needs NCCL >= 2.16)"))
+                      f"message sizes unknown for {n_comm - n_sized} of {n_comm} communication kernels: {why}the "
+                      f"export has no NCCL NVTX payloads; re-export with: {_REEXPORT} (needs NCCL >= 2.16)"))
     for rank, sev, code, msg in notes:
         con.execute("INSERT INTO ingest_notes VALUES (?, ?, ?, ?, ?)", [f, rank, sev, code, msg])
