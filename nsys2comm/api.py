@@ -180,7 +180,7 @@ class Job:
     def ingest(cls, paths: Iterable[str | Path], db: str | Path | None = None, *, rank: int | None = None,
                keep_going: bool = False, jobs: int | None = None, lock_timeout_s: float = 60.0,
                on_file: Callable | None = None, progress: Callable | None = None,
-               read_only: bool = False) -> "Job":
+               read_only: bool = False, read_extra: dict | None = None) -> "Job":
         """Ingest traces into ``db`` (created if missing; ``None`` = in memory) and return the job.
 
         Files already in the database (same SHA-256) are skipped. ``job.results`` holds one FileResult per file.
@@ -190,7 +190,7 @@ class Job:
         con = connect(db, write=True, lock_timeout_s=lock_timeout_s) if db is not None else connect(None)
         try:
             results = _ingest(con, [str(p) for p in paths], rank=rank, keep_going=keep_going, jobs=jobs,
-                              on_file=on_file, progress=progress)
+                              on_file=on_file, progress=progress, read_extra=read_extra)
         except BaseException:
             con.close()
             raise

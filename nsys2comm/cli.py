@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
@@ -19,6 +20,7 @@ from . import __version__, catalog
 from . import output as out_
 from .api import Job, is_database, parse_params, run_query, settle
 from .errors import InputError, Nsys2CommError, UsageError
+from .ingest.kineto_stream import MAX_EVENT_BYTES
 from .output import Format
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_THRESHOLD = 0, 1, 2, 3
@@ -152,6 +154,14 @@ def ingest(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no per-file lines "
                                                               "(failures are still reported).")] = False,
     lock_timeout: LockOpt = 60.0,
+    max_decompressed_gb: Annotated[Optional[float], typer.Option(
+        "--max-decompressed-gb", metavar="G", min=0.0, show_default=False,
+        help="Refuse a gzip trace that expands beyond G GiB (default: 100 × its compressed size, at least 1 GiB, "
+             "at most 64 GiB).")] = None,
+    max_event_mb: Annotated[float, typer.Option(
+        "--max-event-mb", metavar="M", min=0.0,
+        help="Refuse a Kineto trace holding one event (or a gap between events) larger than M MiB.")]
+    = MAX_EVENT_BYTES >> 20,
 ) -> None:
     """Ingest traces into a job database (one transaction per file; files already ingested are skipped).
 
@@ -199,24 +209,39 @@ def ingest(
             if progress is not None:
                 progress.update(task, advance=1, description=Path(res.path).name)
 
+        limits = {"max_event_bytes": int(max_event_mb * (1 << 20))}
+        if max_decompressed_gb is not None:
+            limits["max_decompressed_bytes"] = int(max_decompressed_gb * (1 << 30))
+        created = not db.exists()
         try:
             job = Job.ingest(files, db=db, rank=rank, keep_going=keep_going, jobs=jobs,
-                             lock_timeout_s=lock_timeout, on_file=on_file)
+                             lock_timeout_s=lock_timeout, on_file=on_file, read_extra=limits)
             job.close()
-        except InputError as e:
-            if not keep_going and e.hint and "--keep-going" not in e.hint:
+        except BaseException as e:
+            if created:
+                _remove_db(db)  # a failed or interrupted ingest leaves no new file behind
+            if isinstance(e, InputError) and not keep_going and e.hint and "--keep-going" not in e.hint:
                 e.hint += "; --keep-going ingests the other files"
             raise
         finally:
             if progress is not None:
                 progress.stop()
+        if created and not counts["ingested"]:
+            _remove_db(db)
         if not quiet:
-            out_.message(f"{counts['ingested']} ingested, {counts['skipped']} skipped, {counts['failed']} failed → {db}")
+            out_.message(f"{counts['ingested']} ingested, {counts['skipped']} skipped, {counts['failed']} failed → "
+                         + (f"{db}" if db.exists() else "no database written"))
         if failed:
             out_.message(f"Error: {len(failed)} of {len(files)} file(s) could not be ingested:")
             for line in failed:
                 out_.message(f"  {line}")
             raise typer.Exit(EXIT_INPUT)
+
+
+def _remove_db(db: Path) -> None:
+    for p in (db, db.with_name(db.name + ".wal")):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -485,8 +510,17 @@ def schema(
         out_.write_rows(df, fmt=fmt, out=output)
 
 
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM (Slurm's time limit) unwinds like Ctrl-C: transactions roll back, worker processes are killed and
+    spools removed on the way out. A second SIGTERM kills at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    sys.exit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
+    with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+        signal.signal(signal.SIGTERM, _on_sigterm)
     app(prog_name="nsys2comm")
 
 

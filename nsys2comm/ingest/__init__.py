@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from ..errors import InputError
-from .base import Batch, ReadOptions, process_pool
+from .base import Batch, ReadOptions, process_pool, stop_pool
 from .writer import insert_batch
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
@@ -137,16 +137,20 @@ def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str
 
 def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, keep_going: bool = False,
            jobs: int | None = None, on_file: Callable[[FileResult], None] | None = None,
-           progress: Callable[[str], None] | None = None) -> list[FileResult]:
+           progress: Callable[[str], None] | None = None, read_extra: dict | None = None) -> list[FileResult]:
     """Ingest traces into an open job database. Returns one FileResult per file.
+
+    ``read_extra`` goes to the importers as ``ReadOptions.extra`` (e.g. the limits of
+    :class:`~nsys2comm.ingest.kineto_stream.Limits`: ``max_decompressed_bytes``, ``max_event_bytes``).
 
     Without ``keep_going`` the first bad file raises InputError (files before it stay ingested, each in its own
     committed transaction; the bad one leaves nothing behind).
     """
     files = expand_paths(paths)
+    remove_stale_spools()
     if rank is not None and len(files) > 1:
         raise InputError("--rank applies to a single trace file", hint="ingest files one at a time to set their ranks")
-    options = ReadOptions(rank=rank)
+    options = ReadOptions(rank=rank, extra=dict(read_extra or {}))
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     results: list[FileResult] = []
 
@@ -188,10 +192,14 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, keep_go
         ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank", [fid]).fetchall()]
         done(FileResult(str(path), "ingested", "", fid, ranks))
 
+    terminated = False
     try:
         _write_all(con, todo, options, jobs, record, fail, progress)
+    except (SystemExit, KeyboardInterrupt):
+        terminated = True  # a signal: leave at once; sessions compute what the cache would hold
+        raise
     finally:
-        if any(r.status == "ingested" for r in results):
+        if not terminated and any(r.status == "ingested" for r in results):
             from ..analysis import refresh_cache, use_cache
 
             refresh_cache(con)  # the shared sweeps, once per ingest rather than once per later session
@@ -208,19 +216,50 @@ def _write_all(con, todo, options, jobs, record, fail, progress) -> None:
                 fail(path, err)
         return
 
-    tmp = tempfile.mkdtemp(prefix="nsys2comm-")
+    tmp = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-")
+    pool = None
     try:
-        with process_pool(jobs) as pool:
-            futures = []
-            for i, (path, sha, mod) in enumerate(todo):
-                d = os.path.join(tmp, str(i))
-                os.makedirs(d)
-                futures.append(pool.submit(_spool, str(path), options, d))
-            for (path, sha, mod), fut in zip(todo, futures):  # input order: deterministic file ids
-                try:
-                    spooled = fut.result()
-                    record(path, _write_file(con, path, sha, mod, _replay(spooled), progress))
-                except Exception as err:  # noqa: BLE001
-                    fail(path, err)
+        pool = process_pool(jobs)
+        futures = []
+        for i, (path, sha, mod) in enumerate(todo):
+            d = os.path.join(tmp, str(i))
+            os.makedirs(d)
+            futures.append(pool.submit(_spool, str(path), options, d))
+        for (path, sha, mod), fut in zip(todo, futures):  # input order: deterministic file ids
+            try:
+                spooled = fut.result()
+                record(path, _write_file(con, path, sha, mod, _replay(spooled), progress))
+            except Exception as err:  # noqa: BLE001
+                fail(path, err)
+        pool.shutdown()
+    except BaseException:
+        if pool is not None:
+            stop_pool(pool)  # a failure or a signal: do not wait for the other files' parsers
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+SPOOL_PREFIX = "nsys2comm-spool-"  # + owner pid + '-': spools of dead owners (SIGKILL) are removed by the next ingest
+
+
+def remove_stale_spools(tmpdir: str | None = None) -> list[str]:
+    """Remove spool directories whose owner process is gone (left by a SIGKILLed ingest). Returns their paths."""
+    removed = []
+    for d in Path(tmpdir or tempfile.gettempdir()).glob(SPOOL_PREFIX + "*"):
+        pid = d.name[len(SPOOL_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or d.is_symlink() or not d.is_dir() or _alive(int(pid)):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(str(d))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True

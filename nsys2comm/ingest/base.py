@@ -15,6 +15,9 @@ written and fills ``comm_ops`` (and ``ingest_notes``) with SQL over the file's c
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +42,60 @@ ID_SHIFT = 40  # job-unique id = file_id << 40 | index in file
 
 def process_pool(workers: int):
     """A process pool safe to start from a process that runs DuckDB threads: forkserver, not fork
-    (a forked child can inherit locks held by other threads and hang or crash)."""
+    (a forked child can inherit locks held by other threads and hang or crash).
+
+    Each worker exits within a second of its creator's death, however it died (see :func:`_exit_with_creator`);
+    the forkserver itself exits when its creator's end of its pipe closes. Stop a pool early with :func:`stop_pool`.
+    """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"),
+                               initializer=_exit_with_creator, initargs=(os.getpid(),))
+
+
+def _exit_with_creator(creator_pid: int) -> None:
+    """Worker initializer: a daemon thread that ends this process when ``creator_pid`` exits.
+
+    Workers are children of the forkserver, not of the creator, so a SIGKILLed creator would leave them waiting
+    on their task queue forever (they hold its write end too, so they never see EOF). A pidfd becomes readable
+    when the process exits and cannot be fooled by pid reuse; where there is none, poll the pid.
+    """
+    import select
+    import threading
+
+    try:
+        fd = os.pidfd_open(creator_pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):
+        fd = None
+
+    def watch() -> None:
+        while True:
+            if fd is not None:
+                if select.select([fd], [], [], 1.0)[0]:
+                    os._exit(1)
+                continue
+            time.sleep(0.5)
+            try:
+                os.kill(creator_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="nsys2comm-exit-with-creator", daemon=True).start()
+
+
+def stop_pool(pool) -> None:
+    """Stop a process pool now: cancel queued work and kill the workers (shutdown alone waits for running tasks,
+    which can take minutes on a large trace)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.kill()
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.join(5)

@@ -209,7 +209,7 @@ def sniff(path, head: bytes) -> bool:
     if head[:2] == b"\x1f\x8b":
         head = _peek_decompressed(Path(path))
     s = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if not s.startswith(b"{"):
+    if not s.startswith((b"{", b"[")):  # '[': Chrome trace JSON array format
         return False
     # JSON object start: ours (traceEvents may come later in the file; the reader says so if it never does)
     return True
@@ -547,9 +547,10 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     """Stream the event array: parallel speculative decoding of raw pieces, sequential validated fallback."""
     from collections import deque
 
-    from .kineto_stream import finish, iter_raw, split_validated
+    from .kineto_stream import Limits, finish, iter_raw, split_validated
 
-    src = iter_raw(path, block)
+    limits = Limits.from_options(options)
+    src = iter_raw(path, block, limits)
     _, header = next(src)
     out["header"] = header
     rank, _ = _resolve_rank(path, options, _dist_info(header, {}))
@@ -569,7 +570,7 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
                 yield from totals.merge(*res)
                 return
         pending = pending + piece if pending else piece
-        cut, events = split_validated(pending, path, decode_events)
+        cut, events = split_validated(pending, path, decode_events, limits.max_event_bytes)
         if cut > 0:
             pending = pending[cut:]
             yield from totals.merge(*_process(events, rank))

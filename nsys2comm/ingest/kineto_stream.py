@@ -16,6 +16,7 @@ import gzip
 import json
 import re
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -24,7 +25,10 @@ import msgspec
 from ..errors import InputError
 
 BLOCK = 32 << 20
-_CANDIDATE = re.compile(rb"\}\s*,\s*\{")
+_WS = b" \t\r\n"  # JSON whitespace
+_BOM_WS = b"\xef\xbb\xbf" + _WS
+_CANDIDATE = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_CONTINUE = {1: re.compile(rb"[ \t\r\n]*,[ \t\r\n]*\{"), 2: re.compile(rb"[ \t\r\n]*\{")}
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _HEADER_LIMIT = 64 << 20  # bytes before traceEvents we are willing to hold
 _MAX_SPLIT_TRIES = 16
@@ -32,6 +36,37 @@ _decode_any = msgspec.json.Decoder()
 _ERR_POS = re.compile(r"byte (\d+)")
 
 HINT_TRUNCATED = "the file is cut short: re-export the trace or copy it again"
+
+# decompressed-size guard for gzip traces: real Kineto traces expand 13-17x; a bomb expands 1000x
+GZIP_RATIO = 100
+GZIP_FLOOR_BYTES = 1 << 30
+GZIP_CEILING_BYTES = 64 << 30
+MAX_EVENT_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits that stop hostile or broken traces (README "Limits"); ``ReadOptions.extra`` keys of the same names
+    (set by ``ingest --max-decompressed-gb`` / ``--max-event-mb``) raise them.
+
+    max_decompressed_bytes: a gzip trace expanding beyond this is refused; None: max(GZIP_FLOOR_BYTES,
+    GZIP_RATIO x its compressed size), at most GZIP_CEILING_BYTES.
+    max_event_bytes: the most bytes held without an event boundary (one event, or whitespace between events).
+    """
+
+    max_decompressed_bytes: int | None = None
+    max_event_bytes: int = MAX_EVENT_BYTES
+
+    @classmethod
+    def from_options(cls, options) -> "Limits":
+        extra = getattr(options, "extra", None) or {}
+        dec, ev = extra.get("max_decompressed_bytes"), extra.get("max_event_bytes")
+        return cls(None if dec is None else int(dec), MAX_EVENT_BYTES if ev is None else int(ev))
+
+    def decompressed_cap(self, compressed_bytes: int) -> int:
+        if self.max_decompressed_bytes is not None:
+            return self.max_decompressed_bytes
+        return min(GZIP_CEILING_BYTES, max(GZIP_FLOOR_BYTES, GZIP_RATIO * compressed_bytes))
 
 
 def open_stream(path: Path):
@@ -157,70 +192,173 @@ def _finish(buf: bytes, path: Path) -> tuple[list, dict]:
         events.append(obj)
 
 
-def iter_raw(path: Path, block: int = BLOCK) -> Iterator[tuple[str, object]]:
+def _array_start(buf: bytes, eof: bool, path: Path) -> tuple[dict, int] | None:
+    """Where the event array starts: (header, offset just past its '['), or None when more bytes are needed.
+
+    Object format ``{..., "traceEvents": [...], ...}``: the header is what precedes the key. JSON array format
+    (a bare list of events, Trace Event Format): the header is ``{}``.
+    """
+    s = buf.lstrip(_BOM_WS)
+    lead = len(buf) - len(s)
+    if s[:1] == b"[":
+        rest = s[1:].lstrip(_WS)
+        if not rest:
+            if eof:
+                raise InputError("is truncated JSON (the event array never ends)", path=str(path), hint=HINT_TRUNCATED)
+            return None
+        if rest[:1] not in (b"{", b"]"):
+            raise _not_kineto(path)
+        return {}, lead + 1
+    m = _TRACE_EVENTS_KEY.search(buf)
+    if m:
+        return _parse_header(buf[:m.start()], path), m.end()
+    if eof or len(buf) > _HEADER_LIMIT:
+        if not s.strip(_WS):
+            raise InputError("is empty", path=str(path), hint="give a Kineto trace (.json/.json.gz)")
+        if s[:1] != b"{":
+            raise InputError("is not JSON", path=str(path), hint="give a Kineto trace (.json/.json.gz)")
+        if eof:
+            try:
+                _decode_any.decode(buf)
+            except msgspec.DecodeError:
+                raise InputError("is truncated or malformed JSON (no traceEvents array found)", path=str(path),
+                                 hint=HINT_TRUNCATED) from None
+        raise _not_kineto(path)
+    return None
+
+
+def _last_cut(chunk: bytes, state: int) -> tuple[int, int]:
+    """The last event boundary completed in ``chunk``: (offset of its '{' in chunk or -1, state at chunk end).
+
+    ``state`` says how the bytes before ``chunk`` end: 0 not in a boundary, 1 '}' ws*, 2 '}' ws* ',' ws* (a
+    boundary can span chunks, and a whitespace run can span many). Windows grow ×4 backwards from the end, so a
+    chunk costs O(len(chunk)) however far back its last boundary is.
+    """
+    n = len(chunk)
+    cut = -1
+    width = 1 << 16
+    while True:
+        lo = max(0, n - width)
+        last = None
+        for last in _CANDIDATE.finditer(chunk, lo):
+            pass
+        if last is not None:
+            cut = last.end() - 1
+            break
+        if lo == 0:
+            break
+        width <<= 2
+    if cut < 0 and state:
+        m = _CONTINUE[state].match(chunk)
+        if m:
+            cut = m.end() - 1
+    body = chunk.rstrip(_WS)
+    if not body:
+        return cut, state
+    if body.endswith(b"}"):
+        return cut, 1
+    if body.endswith(b","):
+        before = body[:-1].rstrip(_WS)
+        if before.endswith(b"}") or (not before and state == 1):
+            return cut, 2
+    return cut, 0
+
+
+class _Source:
+    """The decompressed byte stream of a trace, refused past the decompressed-size limit (see :class:`Limits`)."""
+
+    def __init__(self, path: Path, limits: "Limits"):
+        self.path = path
+        self.f = open_stream(path)
+        self.gzip = isinstance(self.f, gzip.GzipFile)
+        self.cap = limits.decompressed_cap(path.stat().st_size) if self.gzip else None
+        self.limits = limits
+        self.total = 0
+
+    def read(self, n: int) -> bytes:
+        data = _read(self.f, n, self.path)
+        self.total += len(data)
+        if self.cap is not None and self.total > self.cap:
+            raise InputError(f"expands to more than {self.cap / (1 << 30):.3g} GiB when decompressed "
+                             f"(over {self.total // max(1, self.path.stat().st_size)}× its compressed size)",
+                             path=str(self.path),
+                             hint="if the trace is genuine, raise the limit with --max-decompressed-gb")
+        return data
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def iter_raw(path: Path, block: int = BLOCK, limits: "Limits | None" = None) -> Iterator[tuple[str, object]]:
     """Yield ("header", dict), then ("raw", piece) byte slices of the event array cut at *unvalidated* candidate
     boundaries (each piece ends just before an event's '{', separator included, so pieces concatenate back to
     the original bytes), then ("tail", bytes): the rest (the last events, ']' and the trailer).
 
     ``b"[" + piece + b"{}]"`` decodes when the cut was at top level (nearly always); callers that get a
-    DecodeError re-join pieces and cut them with :func:`split_validated`.
+    DecodeError re-join pieces and cut them with :func:`split_validated`. Every byte is scanned a bounded number
+    of times (time linear in the input); bytes without an event boundary are held up to ``limits.max_event_bytes``.
+    A JSON-array-format trace (top-level list of events) yields header ``{}`` and a tail whose trailer is ``{}``.
     """
-    f = open_stream(path)
+    limits = limits or Limits()
+    src = _Source(path, limits)
     try:
         buf = b""
         eof = False
         while True:
-            m = _TRACE_EVENTS_KEY.search(buf)
-            if m:
+            found = _array_start(buf, eof, path)
+            if found:
                 break
-            if eof or len(buf) > _HEADER_LIMIT:
-                if not buf.strip():
-                    raise InputError("is empty", path=str(path), hint="give a Kineto trace (.json/.json.gz)")
-                if buf.lstrip()[:1] not in (b"{", b"["):
-                    raise InputError("is not JSON", path=str(path), hint="give a Kineto trace (.json/.json.gz)")
-                if eof:
-                    try:
-                        _decode_any.decode(buf)
-                    except msgspec.DecodeError:
-                        raise InputError("is truncated or malformed JSON (no traceEvents array found)", path=str(path),
-                                         hint=HINT_TRUNCATED) from None
-                raise _not_kineto(path)
-            data = _read(f, block, path)
-            if not data:
-                eof = True
+            data = src.read(block)
+            eof = not data
             buf += data
-        yield "header", _parse_header(buf[:m.start()], path)
-        buf = buf[m.end():]
+        header, start = found
+        array_format = not header and buf.lstrip(_BOM_WS)[:1] == b"["
+        yield "header", header
+        pending: list[bytes] = []
+        held = 0  # bytes in pending
+        cut_at = -1  # offset in the joined pending of the last boundary's '{'
+        state = 0
+        data, buf = buf[start:], b""
+        consumed = 0  # bytes of the event array already yielded
         while True:
-            if not eof:
-                data = _read(f, block, path)
-                if data:
-                    buf = buf + data if buf else data
-                else:
-                    eof = True
-            # last candidate in the buffer's final window
-            lo = max(0, len(buf) - (1 << 16))
-            last = None
-            while True:
-                for last in _CANDIDATE.finditer(buf, lo):
-                    pass
-                if last is not None or lo == 0:
-                    break
-                lo = max(0, lo - (1 << 20))
-            if last is not None:
-                cut = last.end() - 1
-                yield "raw", buf[:cut]
-                buf = buf[cut:]
+            if data:
+                cut, state = _last_cut(data, state)
+                if cut >= 0:
+                    cut_at = held + cut
+                pending.append(data)
+                held += len(data)
+            if cut_at > 0:
+                joined = b"".join(pending)
+                yield "raw", joined[:cut_at]
+                consumed += cut_at
+                pending, held, cut_at = [joined[cut_at:]], held - cut_at, -1
+            if held > limits.max_event_bytes:
+                raise InputError(f"has an event of more than {limits.max_event_bytes >> 20} MB (or that much data "
+                                 f"without an event boundary) at byte {consumed} of its event array", path=str(path),
+                                 hint="if the trace is genuine, raise the limit with --max-event-mb")
             if eof:
                 break
-        yield "tail", buf
+            data = src.read(block)
+            eof = not data
+        tail = b"".join(pending)
+        if array_format:  # close the list and give it an empty trailer; the closing ']' is optional there
+            tail += b"}" if tail.rstrip(_WS).endswith(b"]") else b"]}"
+        yield "tail", tail
     finally:
-        f.close()
+        src.close()
 
 
-def split_validated(buf: bytes, path: Path, decode) -> tuple[int, object]:
-    """(cut, events) for the largest top-level cut: events = decode of the events in buf[:cut]; (-1, None) if none."""
-    return _split(buf, path, 0, decode)
+def split_validated(buf: bytes, path: Path, decode, max_event_bytes: int | None = None) -> tuple[int, object]:
+    """(cut, events) for the largest top-level cut: events = decode of the events in buf[:cut]; (-1, None) if none.
+
+    When no cut decodes and buf holds more than ``max_event_bytes`` (default: :class:`Limits`'), the file is
+    refused: the caller would otherwise grow buf without bound (cuts inside one huge string never validate)."""
+    cut, events = _split(buf, path, 0, decode)
+    limit = Limits().max_event_bytes if max_event_bytes is None else max_event_bytes
+    if cut < 0 and len(buf) > limit:
+        raise InputError(f"has an event of more than {limit >> 20} MB in its event array", path=str(path),
+                         hint="if the trace is genuine, raise the limit with --max-event-mb")
+    return cut, events
 
 
 def finish(buf: bytes, path: Path) -> tuple[list, dict]:

@@ -1,0 +1,114 @@
+"""No process outlives an ingest (issue 10 item 6): SIGTERM during a multi-file ingest ends it at once with no
+children and no spool; after SIGKILL of the parent its pool processes exit within 5 s and the next ingest removes
+the spool it left.
+
+The ingest runs as a subprocess in its own session, so every process it starts (forkserver, pool workers) carries
+that session id in /proc, whoever its parent is."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+
+ROOT = Path(__file__).resolve().parents[1]
+EVENT = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 1, "ts": 1, "dur": 1, "args": {}}'
+
+
+def _slow_trace(path: Path, rank: int) -> Path:
+    """A small gzip that takes seconds to parse: events separated by 24 MiB of whitespace (under the event limit),
+    2.4 GiB decompressed."""
+    gap = gzip.compress(b" " * (24 << 20) + b", " + EVENT, compresslevel=9)
+    with open(path, "wb") as f:
+        f.write(gzip.compress(b'{"distributedInfo": {"rank": %d, "world_size": 3}, "traceEvents": [' % rank + EVENT))
+        for _ in range(100):
+            f.write(gap)
+        f.write(gzip.compress(b"]}"))
+    return path
+
+
+def _session(sid: int) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] != "Z":  # fields[0] state, [3] session id
+            pids.append(int(d))
+    return pids
+
+
+def _wait_gone(sid: int, seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := _session(sid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("slow")
+    return [_slow_trace(d / f"rank{r}.json.gz", r) for r in range(3)]
+
+
+def _start(traces, tmp: Path) -> tuple[subprocess.Popen, dict]:
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    db = tmp / "job.duckdb"
+    proc = subprocess.Popen([sys.executable, "-m", "nsys2comm", "ingest", *map(str, traces), "--db", str(db),
+                             "--jobs", "2", "-q", "--max-decompressed-gb", "10"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(_session(proc.pid)) < 4:  # the CLI, the forkserver and two parsers
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the pool never started"
+        time.sleep(0.1)
+    while not list(tmp.glob("nsys2comm-spool-*/*/*")):  # a parser has spooled something, or is about to
+        time.sleep(0.1)
+        if time.monotonic() > deadline:
+            break
+    return proc, {"db": db}
+
+
+def test_sigterm_leaves_nothing(traces, tmp_path):
+    proc, info = _start(traces, tmp_path)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=10)  # would hang while a child still holds the pipes
+    took = time.monotonic() - t0
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert took < 5, took
+    assert _wait_gone(proc.pid, 2) == []
+    assert list(tmp_path.glob("nsys2comm-spool-*")) == []
+    assert not info["db"].exists() and not Path(str(info["db"]) + ".wal").exists()  # the DB it was creating
+
+
+def test_sigkill_children_exit_and_next_ingest_cleans_up(traces, tmp_path):
+    proc, _ = _start(traces, tmp_path)
+    proc.kill()
+    t0 = time.monotonic()
+    proc.communicate(timeout=10)
+    assert _wait_gone(proc.pid, 5) == [], "pool processes outlived their SIGKILLed parent"
+    assert time.monotonic() - t0 < 5.5
+    left = list(tmp_path.glob(f"nsys2comm-spool-{proc.pid}-*"))
+    assert left  # SIGKILL leaves the spool: nothing in the process can run
+    # a live owner's spool is kept, a dead owner's is removed by the next ingest
+    live = tmp_path / f"nsys2comm-spool-{os.getpid()}-keep"
+    live.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    small = ROOT / "fixtures" / "example"
+    r = subprocess.run([sys.executable, "-m", "nsys2comm", "ingest", str(small), "--db", str(tmp_path / "b.duckdb"),
+                        "-q", "--jobs", "1"], env=env, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not any(p.exists() for p in left) and live.exists()
