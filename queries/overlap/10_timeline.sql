@@ -2,7 +2,7 @@
 -- and overlap_by_step). One sort per rank, one window pass, then a small aggregation: O(n log n).
 --
 -- Classes (default mode): communication = kernels.kernel_class 'communication'; gemm = 'gemm'; compute = the
--- other compute classes ('attention', 'compute'); memory = 'memory'-class kernels and every mem_ops row
+-- other compute classes ('convolution', 'attention', 'compute'); memory = 'memory'-class kernels and every mem_ops row
 -- (copies and memsets are not compute). "Computation" in the public objects is gemm ∪ compute.
 --
 -- Algorithm: every interval gives a start event (+d) and an end event (-d), where d packs one counter per class
@@ -39,52 +39,77 @@ SELECT rank, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, nam
 FROM s
 ORDER BY rank, step_ord;
 
+-- @macro _hta_us
+-- A time on a file's own clock (ns) as the float64 µs that Python's json gives for the file's number, as
+-- HolisticTraceAnalysis reads it: the correctly rounded double nearest to ns / 1000 (below 2^53 ns one division
+-- does it; above, whole µs are exact and the three decimals are added once, which rounds the same way).
+-- @param ns: Time on the file's clock (ns).
+CREATE OR REPLACE MACRO _hta_us(ns) AS
+  CASE WHEN abs(ns) < 9007199254740992 THEN CAST(ns AS DOUBLE) / 1000.0
+       ELSE CAST(ns // 1000 AS DOUBLE) + CAST(ns % 1000 AS DOUBLE) / 1000.0 END;
+
 -- @macro _gpu_intervals
 -- GPU intervals per rank with their class bit, in the requested compatibility mode.
 -- compat 'none': exact ns, classes as described in this file's header.
--- compat 'hta': HolisticTraceAnalysis 0.5.0 semantics — classes by kernel/mem_ops name regex (COMM '^nccl.*Kernel';
--- OTHER '^((nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync))', counted as memory; everything else COMP, split into
--- gemm / compute by kernel_class), times rounded on the file's own clock (start up to the next µs, end down to
--- the previous µs), and when a rank has >= 2 distinct ProfilerStep# names only GPU work whose correlation id
--- matches a runtime/driver call starting before the last ProfilerStep start is kept.
+-- compat 'hta': HolisticTraceAnalysis 0.5.0 semantics (hta/common/trace_parser.py round_down_time_stamps,
+-- hta/common/trace.py _filter_irrelevant_gpu_kernels, hta/utils/utils.py get_kernel_type):
+--   classes by kernel/mem_ops name (re.match): COMM '^nccl.*Kernel'; MEMORY '^(Memcpy|Memset|dma)' and OTHER
+--   '(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)' both counted as memory here; everything else COMP, split into
+--   gemm / compute by kernel_class;
+--   times in float64 µs on the file's own clock (_hta_us): start = ceil(ts), end = floor(ts + dur), so a sub-µs
+--   event can end before it starts;
+--   when the job has >= 2 distinct names containing 'ProfilerStep' (all ranks together), GPU work is kept only
+--   when its correlation id matches a runtime/driver call of its rank starting (ceil µs) before the rank's last
+--   ProfilerStep start (ceil µs, over every range whose name contains 'ProfilerStep', GPU annotations included),
+--   once per matching call (mult); a rank with no such range keeps nothing.
 -- Unordered (a private feed of the sweep; sorting it here would cost a full extra sort).
 -- @param compat: 'none' or 'hta'.
 -- @column rank: Rank.
 -- @column start_ns: Interval start (ns).
 -- @column end_ns: Interval end (ns); may be < start_ns in 'hta' mode (rounding of sub-µs events).
 -- @column cls: Class bit: 0 communication, 1 gemm, 2 compute, 3 memory.
+-- @column tie_id: 'hta' mode: kernel_id (memop_id for mem_ops), the file order that breaks ties in start order;
+-- NULL in 'none' mode.
+-- @column mult: 'hta' mode: copies HTA keeps (matching runtime calls when steps are filtered, else 1); 1 in 'none' mode.
 CREATE OR REPLACE MACRO _gpu_intervals(compat := 'none') AS TABLE
 WITH raw AS (
-  SELECT rank, file_id, start_ns, end_ns, name, kernel_class, correlation_id FROM kernels
+  SELECT rank, file_id, start_ns, end_ns, name, kernel_class, correlation_id, kernel_id AS tie_id FROM kernels
   UNION ALL
-  SELECT rank, file_id, start_ns, end_ns, name, 'memory', correlation_id FROM mem_ops
+  SELECT rank, file_id, start_ns, end_ns, name, 'memory', correlation_id, memop_id FROM mem_ops
+), step_ranges AS (
+  SELECT c.rank, c.name, ceil(_hta_us(c.start_ns - coalesce(f.clock_offset_ns, 0))) AS start_us
+  FROM cpu_ranges c LEFT JOIN files f USING (file_id)
+  WHERE c.name LIKE '%ProfilerStep%' AND c.end_ns IS NOT NULL AND compat = 'hta'
+), filtering AS (
+  SELECT count(DISTINCT name) >= 2 AS on_ FROM step_ranges
 ), last_step AS (
-  SELECT rank, max(start_ns) AS last_start FROM cpu_ranges
-  WHERE kind = 'user_annotation' AND name LIKE 'ProfilerStep#%'
-  GROUP BY rank HAVING count(DISTINCT name) >= 2
+  SELECT rank, max(start_us) AS last_us FROM step_ranges GROUP BY rank
 ), kept_corr AS (
-  SELECT DISTINCT a.rank, a.correlation_id FROM api_calls a JOIN last_step l USING (rank)
-  WHERE a.start_ns < l.last_start AND a.correlation_id IS NOT NULL
+  SELECT a.rank, a.correlation_id, count(*) AS mult
+  FROM api_calls a JOIN last_step l USING (rank) LEFT JOIN files f ON f.file_id = a.file_id
+  WHERE a.correlation_id IS NOT NULL AND ceil(_hta_us(a.start_ns - coalesce(f.clock_offset_ns, 0))) < l.last_us
+  GROUP BY a.rank, a.correlation_id
 ), hta AS (
-  SELECT r.rank,
-         r.start_ns - coalesce(f.clock_offset_ns, 0) AS s_raw, r.end_ns - coalesce(f.clock_offset_ns, 0) AS e_raw,
-         coalesce(f.clock_offset_ns, 0) AS off,
+  SELECT r.rank, r.tie_id, coalesce(f.clock_offset_ns, 0) AS off,
+         _hta_us(r.start_ns - coalesce(f.clock_offset_ns, 0)) AS ts_us,
+         _hta_us(r.end_ns - r.start_ns) AS dur_us,
          CASE WHEN regexp_matches(r.name, '^nccl.*Kernel') THEN 0
-              WHEN regexp_matches(r.name, '^((nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync))') THEN 3
-              WHEN r.kernel_class = 'gemm' THEN 1 ELSE 2 END AS cls
+              WHEN regexp_matches(r.name, '^(Memcpy|Memset|dma)')
+                OR regexp_matches(r.name, '^((nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync))') THEN 3
+              WHEN r.kernel_class = 'gemm' THEN 1 ELSE 2 END AS cls,
+         CASE WHEN (SELECT on_ FROM filtering) THEN k.mult ELSE 1 END AS mult
   FROM raw r LEFT JOIN files f USING (file_id)
-  WHERE r.rank NOT IN (SELECT rank FROM last_step)
-     OR (r.rank, r.correlation_id) IN (SELECT (rank, correlation_id) FROM kept_corr)
+  LEFT JOIN kept_corr k ON k.rank = r.rank AND k.correlation_id = r.correlation_id
+  WHERE compat = 'hta' AND (NOT (SELECT on_ FROM filtering) OR k.mult IS NOT NULL)
 )
 SELECT rank, start_ns, end_ns,
-       CASE kernel_class WHEN 'communication' THEN 0 WHEN 'gemm' THEN 1 WHEN 'memory' THEN 3 ELSE 2 END AS cls
+       CASE kernel_class WHEN 'communication' THEN 0 WHEN 'gemm' THEN 1 WHEN 'memory' THEN 3 ELSE 2 END AS cls,
+       NULL::BIGINT AS tie_id, 1::BIGINT AS mult
 FROM raw WHERE compat = 'none'
 UNION ALL
-SELECT rank,
-       off + (s_raw - (s_raw % 1000 + 1000) % 1000) + CASE WHEN s_raw % 1000 <> 0 THEN 1000 ELSE 0 END,
-       off + (e_raw - (e_raw % 1000 + 1000) % 1000),
-       cls
-FROM hta WHERE compat = 'hta';
+SELECT rank, off + CAST(ceil(ts_us) AS BIGINT) * 1000, off + CAST(floor(ts_us + dur_us) AS BIGINT) * 1000, cls,
+       tie_id, mult
+FROM hta;
 
 -- @macro _state_bits
 -- Decodes a packed class-counter sum into the state bit set: 1 communication, 2 gemm, 4 compute, 8 memory,
@@ -102,7 +127,14 @@ CREATE OR REPLACE MACRO _state_bits(c) AS
 -- state bits: 1 communication, 2 gemm, 4 compute, 8 memory. Rows with step_ord NULL cover the whole rank;
 -- rows with step_ord cover that step's window. One extra row per rank (state -1) carries the GPU span
 -- (first start, last end over all classes) and, in 'hta' mode, the negative lengths HTA adds to its merged
--- communication time for isolated communication intervals that rounding made negative.
+-- communication time.
+-- Why only that: HTA's merge_kernel_intervals (sort by start; a new group when start > the running max of all
+-- earlier ends) keeps a negative interval as its own group exactly when no earlier interval of its class ends at
+-- or after its start; otherwise it is absorbed without effect. Such a lone group lies where its class has no
+-- positive group, so in HTA's +1/+2 status sweep it never touches time where both classes run: it changes only the
+-- merged communication total (by its negative length), and a lone negative computation group changes nothing.
+-- Earlier = smaller start, ties in tie_id (file) order, as a stable sort gives; pandas' sort is not stable, so
+-- for ties HTA itself may take either order once a class has more than ~256 intervals.
 -- @param compat: 'none' or 'hta' (see _gpu_intervals).
 -- @column compat: Mode used.
 -- @column rank: Rank.
@@ -113,39 +145,45 @@ CREATE OR REPLACE MACRO _state_bits(c) AS
 -- @column last_ns: Span row: last interval end (ns); else NULL.
 CREATE OR REPLACE MACRO _gpu_state_ns(compat := 'none') AS TABLE
 WITH iv AS (
-  SELECT rank, start_ns, end_ns, cls FROM _gpu_intervals(compat := compat)
+  SELECT rank, start_ns, end_ns, cls, tie_id, mult FROM _gpu_intervals(compat := compat)
 ), ev AS (
-  SELECT rank, start_ns AS ts, 2 AS ord, CAST(1 AS BIGINT) << (12 * cls) AS delta, NULL::BIGINT AS step_ord,
-         0::BIGINT AS neg_ns
+  SELECT rank, start_ns AS ts, 2 AS ord, CAST(1 AS BIGINT) << (12 * cls) AS delta, NULL::BIGINT AS step_ord
   FROM iv WHERE end_ns >= start_ns
   UNION ALL
-  SELECT rank, end_ns, 2, -(CAST(1 AS BIGINT) << (12 * cls)), NULL, 0 FROM iv WHERE end_ns >= start_ns
-  UNION ALL  -- HTA: a communication interval made negative by rounding counts (negatively) when nothing covers it
-  SELECT rank, start_ns, 1, 0, NULL, end_ns - start_ns FROM iv WHERE end_ns < start_ns AND cls = 0
+  SELECT rank, end_ns, 2, -(CAST(1 AS BIGINT) << (12 * cls)), NULL FROM iv WHERE end_ns >= start_ns
   UNION ALL
-  SELECT rank, step_start_ns, 3, CAST(1 AS BIGINT) << 48, step_ord, 0 FROM _steps() WHERE compat = 'none'
+  SELECT rank, step_start_ns, 3, CAST(1 AS BIGINT) << 48, step_ord FROM _steps() WHERE compat = 'none'
   UNION ALL
-  SELECT rank, step_end_ns, 0, -(CAST(1 AS BIGINT) << 48), NULL, 0 FROM _steps() WHERE compat = 'none'
+  SELECT rank, step_end_ns, 0, -(CAST(1 AS BIGINT) << 48), NULL FROM _steps() WHERE compat = 'none'
 ), sw AS (
-  SELECT rank, ts, ord, delta, neg_ns,
+  SELECT rank, ts, ord, delta,
          sum(delta) OVER w AS cum,
          max(step_ord) OVER w AS cur_step
   FROM ev
   WINDOW w AS (PARTITION BY rank ORDER BY ts, ord ROWS UNBOUNDED PRECEDING)
 ), bits AS (
-  SELECT rank, ts, ord, neg_ns, cur_step,
+  SELECT rank, ts, ord, cur_step,
          _state_bits(cum - delta) AS sb,
          _state_bits(cum) AS sa
   FROM sw
 ), agg AS (
   SELECT rank, cur_step, sb, sa, sum(ts) AS ts_sum,
-         sum(neg_ns) FILTER (WHERE ord = 1 AND (sb & 1) = 0) AS neg_sum,
          min(ts) FILTER (WHERE ord = 2) AS first_ts, max(ts) FILTER (WHERE ord = 2) AS last_ts
   FROM bits GROUP BY rank, cur_step, sb, sa
 ), signed AS (
   SELECT rank, cur_step, (sb & 15) AS st, ((sb >> 4) & 1) AS in_step, ts_sum AS v FROM agg WHERE sb <> sa
   UNION ALL
   SELECT rank, cur_step, (sa & 15), ((sa >> 4) & 1), -ts_sum FROM agg WHERE sb <> sa
+), comm_runmax AS (  -- 'hta' only: running max of earlier communication ends, in HTA's merge order
+  SELECT rank, start_ns, end_ns, mult,
+         max(end_ns) OVER (PARTITION BY rank ORDER BY start_ns, tie_id
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM iv WHERE cls = 0 AND compat = 'hta'
+), neg AS (
+  SELECT rank, sum((end_ns - start_ns) * mult) AS neg_ns FROM comm_runmax
+  WHERE end_ns < start_ns AND (prev_end IS NULL OR start_ns > prev_end) GROUP BY rank
+), span AS (
+  SELECT rank, min(first_ts) AS first_ts, max(last_ts) AS last_ts FROM agg GROUP BY rank
 )
 SELECT compat AS compat, rank, NULL::BIGINT AS step_ord, st AS state, CAST(sum(v) AS BIGINT) AS dur_ns,
        NULL::BIGINT AS first_ns, NULL::BIGINT AS last_ns
@@ -154,8 +192,9 @@ UNION ALL
 SELECT compat, rank, cur_step, st, CAST(sum(v) AS BIGINT), NULL, NULL
 FROM signed WHERE st <> 0 AND in_step = 1 GROUP BY rank, cur_step, st HAVING sum(v) <> 0
 UNION ALL
-SELECT compat, rank, NULL, -1, CAST(coalesce(sum(neg_sum), 0) AS BIGINT), min(first_ts), max(last_ts)
-FROM agg GROUP BY rank
+SELECT compat, coalesce(span.rank, neg.rank), NULL, -1, CAST(coalesce(neg.neg_ns, 0) AS BIGINT), span.first_ts,
+       span.last_ts
+FROM span FULL JOIN neg ON neg.rank = span.rank
 ORDER BY rank, step_ord NULLS FIRST, state;
 
 -- @view _gpu_timeline

@@ -1,11 +1,11 @@
 -- Communication/computation overlap per kernel, per rank, per step, and the exact time breakdown.
--- Definitions (default mode): computation = kernels of class gemm, attention or compute on the rank's GPU(s)
+-- Definitions (default mode): computation = kernels of class gemm, convolution, attention or compute on the rank's GPU(s)
 -- (all streams); communication = kernels of class communication; memory = memory-class kernels and mem_ops
 -- (copies and memsets are neither computation nor communication). Unions merge a class's intervals first, so
 -- concurrent kernels are never double counted.
 
 -- @view _comm_kernel_overlap
--- Per communication kernel: the union length of computation (gemm, attention, compute) and of gemm kernels on the
+-- Per communication kernel: the union length of computation (gemm, convolution, attention, compute) and of gemm kernels on the
 -- same rank within [start_ns, end_ns) (ns, may be negative for empty kernels: comm_kernels clips). One sorted sweep
 -- per rank, no range join: computation kernels give +/- events, each communication kernel's start and end are
 -- probes; running class counters and a running telescoped sum give the union length before any time t, and a
@@ -19,10 +19,10 @@ WITH ev AS (
   -- computation kernels as +/- events; delta packs two counters: computation (low 32 bits), gemm (high bits)
   SELECT rank, start_ns AS ts, CASE WHEN kernel_class = 'gemm' THEN 4294967297 ELSE 1 END AS delta,
          NULL::BIGINT AS probe_id, 0 AS side
-  FROM kernels WHERE kernel_class IN ('gemm', 'attention', 'compute') AND end_ns > start_ns
+  FROM kernels WHERE kernel_class IN ('gemm', 'convolution', 'attention', 'compute') AND end_ns > start_ns
   UNION ALL
   SELECT rank, end_ns, CASE WHEN kernel_class = 'gemm' THEN -4294967297 ELSE -1 END, NULL, 0
-  FROM kernels WHERE kernel_class IN ('gemm', 'attention', 'compute') AND end_ns > start_ns
+  FROM kernels WHERE kernel_class IN ('gemm', 'convolution', 'attention', 'compute') AND end_ns > start_ns
   UNION ALL  -- probes: start (side -1) and end (side +1) of every communication kernel, delta 0
   SELECT rank, start_ns, 0, kernel_id, -1 FROM kernels WHERE kernel_class = 'communication'
   UNION ALL
@@ -98,12 +98,16 @@ ORDER BY k.rank, k.start_ns, k.kernel_id;
 -- @macro overlap_by_rank
 -- Per rank: union of communication-kernel time and how much of it is hidden under computation.
 -- compat 'none' (default): exact ns, classes from kernels.kernel_class, memory work excluded from computation.
--- compat 'hta': reproduces HolisticTraceAnalysis 0.5.0 get_comm_comp_overlap exactly — kernel and mem_ops names
--- classified by HTA's regexes, start/end rounded to whole µs (ceil/floor, sub-µs events may become negative and
--- are handled as HTA's interval merge does), the last ProfilerStep dropped when >= 2 exist (GPU work kept only
--- when its correlation id matches a runtime call before the last step start), comm_overlap_pct rounded to 2
--- decimals. The two differ because HTA drops a whole step, rounds to µs, and misses communication kernels whose
--- names do not match '^nccl.*Kernel' (ncclDevKernel_* of NCCL >= 2.19, RCCL, custom all-reduce).
+-- compat 'hta': HolisticTraceAnalysis 0.5.0 get_comm_comp_overlap — kernel and mem_ops names classified by HTA's
+-- regexes, times as HTA reads them (float64 µs of the file's clock, start ceiled, end = floor(start + dur), so a
+-- sub-µs event can get a negative length, handled as HTA's interval merge does), the last ProfilerStep dropped when
+-- the job has >= 2 step names (see _gpu_intervals), comm_overlap_pct = round(100 × overlap / comm, 2) half to even.
+-- In this mode comm_ns is HTA's merged communication total (negative lone intervals included; it can be <= 0),
+-- comm_overlap_pct is NULL where HTA divides by 0 (NaN/inf), and a rank that HTA empties (no ProfilerStep while
+-- others have them) has NULL. HTA's own result is not unique where a sub-µs communication interval and another
+-- start in the same µs (pandas' unstable sort, > ~256 intervals); ties are taken in file order here.
+-- The two modes differ because HTA drops a whole step, rounds to µs, and misses communication kernels whose names
+-- do not match '^nccl.*Kernel' (custom all-reduce, hccl, lower-case names).
 -- @param compat: 'none' (exact) or 'hta' (HolisticTraceAnalysis 0.5.0 numbers).
 -- @column rank: Rank.
 -- @column span_start_ns: First GPU interval start on the rank (ns).
@@ -145,9 +149,10 @@ SELECT r.rank, s.span_start_ns, s.span_end_ns, s.span_end_ns - s.span_start_ns A
        CAST(coalesce(s.compute_ns, 0) AS BIGINT) AS compute_ns, CAST(coalesce(s.gemm_ns, 0) AS BIGINT) AS gemm_ns,
        CAST(coalesce(s.memory_ns, 0) AS BIGINT) AS memory_ns, CAST(coalesce(s.comm_ns, 0) AS BIGINT) AS comm_ns,
        CAST(coalesce(s.comm_overlapped_ns, 0) AS BIGINT) AS comm_overlapped_ns,
-       CASE WHEN s.comm_ns > 0 THEN
-         CASE WHEN compat = 'hta' THEN round(100.0 * s.comm_overlapped_ns / s.comm_ns, 2)
-              ELSE 100.0 * s.comm_overlapped_ns / s.comm_ns END END::DOUBLE AS comm_overlap_pct,
+       CASE WHEN compat = 'hta' THEN  -- HTA: round(100 * (overlap / comm), 2) with numpy (half to even)
+              CASE WHEN s.comm_ns <> 0 THEN roundbankers(100 * (s.comm_overlapped_ns::DOUBLE / s.comm_ns::DOUBLE)
+                                                         * 100, 0) / 100 END
+            WHEN s.comm_ns > 0 THEN 100.0 * s.comm_overlapped_ns / s.comm_ns END::DOUBLE AS comm_overlap_pct,
        CAST(coalesce(s.gemm_overlapped_ns, 0) AS BIGINT) AS gemm_overlapped_ns,
        CASE WHEN s.comm_ns > 0 THEN 100.0 * s.gemm_overlapped_ns / s.comm_ns END::DOUBLE AS gemm_overlap_pct,
        CAST(coalesce(s.comm_ns - s.comm_overlapped_ns, 0) AS BIGINT) AS exposed_comm_ns
@@ -160,7 +165,7 @@ ORDER BY r.rank;
 -- Categories: 'computation', 'communication', 'memory', 'computation overlapping communication',
 -- 'computation overlapping memory', 'communication overlapping memory',
 -- 'computation overlapping communication overlapping memory', and 'idle' (span minus busy). Categories are
--- exclusive, so time_ns adds up to the span. computation = gemm ∪ attention ∪ compute kernels.
+-- exclusive, so time_ns adds up to the span. computation = gemm ∪ convolution ∪ attention ∪ compute kernels.
 -- @column rank: Rank.
 -- @column category: Class combination running (see description), or 'idle'.
 -- @column computation: True when computation runs in this category.
