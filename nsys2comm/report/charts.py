@@ -27,6 +27,7 @@ CLASS_COLORS: dict[str, str] = {
     "overlapped by GEMM": "#54A24B",  # green: communication hidden under GEMM
     "overlapped by other compute": "#9467BD",  # purple: computation + communication, as in the breakdown
     "gemm": "#54A24B",  # green
+    "convolution": "#72B7B2",  # teal
     "attention": "#B279A2",  # purple
     "compute": "#4C78A8",  # blue
     "memory": "#F58518",  # orange
@@ -384,14 +385,14 @@ def straggler_chart(df: pl.DataFrame) -> alt.Chart:
 # ---------------------------------------------------------------------------------------------------------------
 # Step timeline
 
-TIMELINE_CLASSES = ["communication", "gemm", "attention", "compute", "memory"]
+TIMELINE_CLASSES = ["communication", "gemm", "convolution", "attention", "compute", "memory"]
 
 
 def step_timeline_chart(df: pl.DataFrame) -> alt.Chart:
     """Timeline of one step (step_timeline query): one row per rank and lane, bars coloured by kernel class,
     opacity = how busy the merged segment is."""
     d = df.select("rank", "lane", "op_class", "start_us", "end_us", "busy_us", "busy_fraction", "n_ops",
-                  "longest_op_name").with_columns(
+                  "longest_op_name", "longest_op_full_name").with_columns(
         pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.Utf8), pl.lit(" · "),
                        pl.col("lane").replace({"communication": "comm"})]).alias("lane_label"),
         (pl.col("end_us") - pl.col("start_us")).clip(lower_bound=0).alias("span_us"))
@@ -414,5 +415,6 @@ def step_timeline_chart(df: pl.DataFrame) -> alt.Chart:
                  alt.Tooltip("span_us:Q", title="length (µs)", format=",.1f"),
                  alt.Tooltip("busy_us:Q", title="busy (µs)", format=",.1f"),
                  alt.Tooltip("n_ops:Q", title="operations"),
-                 alt.Tooltip("longest_op_name:N", title="longest operation")],
+                 alt.Tooltip("longest_op_name:N", title="longest operation"),
+                 alt.Tooltip("longest_op_full_name:N", title="full name")],
     ).properties(width=WIDTH - 160, height=max(60, min(14 * len(lanes), 700)))

@@ -166,9 +166,15 @@ def _table(df: pl.DataFrame, columns: list[tuple[str, str, str]], cls: str = "")
             return f"<td class=num>{esc(ch.fmt_bytes(v))}</td>"
         return f"<td>{esc(v)}</td>"
 
+    def titled(v, f, r):  # 'title:COL': the cell's tooltip shows column COL (a full kernel name behind a base name)
+        if f.startswith("title:"):
+            tip = r.get(f[6:])
+            return f'<td title="{esc(tip)}">{esc(v)}</td>' if tip is not None else cell(v, "")
+        return cell(v, f)
+
     cols = [c for c in columns if c[0] in df.columns]
     head = "".join(f"<th>{esc(h)}</th>" for _, h, _ in cols)
-    body = "".join("<tr>" + "".join(cell(r[c], f) for c, _, f in cols) + "</tr>" for r in df.iter_rows(named=True))
+    body = "".join("<tr>" + "".join(titled(r[c], f, r) for c, _, f in cols) + "</tr>" for r in df.iter_rows(named=True))
     return f'<div class="tablewrap"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
@@ -222,9 +228,37 @@ def _queries() -> dict[str, tuple[str, dict]]:
     }
 
 
+def _mark_not_available(con, F: Fetched) -> None:
+    """Frames whose numbers cannot be computed are dropped with the reason, so their blocks show a "not available"
+    box instead of an empty chart frame, a one-row heatmap or a finding built on zeros."""
+    n_ranks = con.execute("SELECT count(DISTINCT rank) FROM ranks").fetchone()[0]
+    n_comm = con.execute("SELECT count(*) FROM kernels WHERE kernel_class = 'communication'").fetchone()[0]
+
+    def drop(key: str, why: str) -> None:
+        F.frames.pop(key, None)
+        F.errors.setdefault(key, f"not available: {why}")
+
+    if not n_comm:
+        for key in ("overlap_by_rank", "overlap_by_collective", "msg_size_histogram", "busbw", "collective_skew",
+                    "rank_wait", "top_comm_kernels"):
+            drop(key, "the job has no communication kernels")
+    if n_ranks < 2:
+        for key in ("collective_skew", "rank_wait"):
+            drop(key, f"cross-rank skew needs at least two ranks; this job has {n_ranks}")
+    skew = F.get("collective_skew")
+    if skew is not None and skew["start_skew_ns"].null_count() == skew.height:
+        drop("collective_skew", "no collective was matched on two or more ranks")
+    bw = F.get("busbw")
+    if F.get("busbw") is None and "busbw" not in F.errors:
+        drop("busbw", "no collective has a known message size")
+    elif bw is not None and bw["busbw_gbps"].null_count() == bw.height:
+        drop("busbw", "bus bandwidth needs the group size of each collective, which the trace does not record")
+
+
 def collect(con) -> tuple[Fetched, list[Section], list[Finding], list[tuple[str, str]]]:
     """Run the catalog queries and lay out sections (no HTML yet): reusable for other front ends."""
     fetched = fetch(con, _queries())
+    _mark_not_available(con, fetched)
     diag = _diag_lines(fetched)
     dtext = [m for _, m in diag]
     F = fetched
@@ -295,7 +329,8 @@ def collect(con) -> tuple[Fetched, list[Section], list[Finding], list[tuple[str,
                   f"The {TOP_KERNELS} communication kernels (by name and collective) with the most total time.")
     top = F.get("top_comm_kernels")
     if top is not None:
-        sec.html = _table(top, [("short_name", "kernel", ""), ("collective", "collective", ""),
+        sec.html = _table(top, [("short_name", "kernel", "title:top_name"), ("n_names", "variants", "int"),
+                                ("collective", "collective", ""),
                                 ("calls", "calls", "int"), ("ranks", "ranks", "int"),
                                 ("total_ms", "total (ms)", "ms_"), ("mean_us", "mean (µs)", "pct"),
                                 ("max_us", "max (µs)", "pct"), ("exposed_pct", "exposed (%)", "pct"),

@@ -1,11 +1,80 @@
 -- Classification helpers shared by the importers and the analyses. Scalar macros, no data.
 
+-- @macro _kernel_name_spellings
+-- Step 1 of kernel_short_name: one spelling for what nsys and c++filt print differently, and placeholders for
+-- brackets that belong to a name rather than open a group: '<unnamed>' and '(anonymous namespace)' -> '@ANON@',
+-- nsys '[lambda(int) (instance 1)]' -> '[lambda(int)#1]', 'operator()' and 'operator ()' -> 'operator@CALL@',
+-- '->' -> '@ARROW@'.
+-- @param name: Full kernel name.
+CREATE OR REPLACE MACRO _kernel_name_spellings(name) AS
+  regexp_replace(regexp_replace(regexp_replace(regexp_replace(trim(name),
+    '\(anonymous namespace\)|<unnamed>', '@ANON@', 'g'),
+    '\s*\(instance (\d+)\)\]', '#\1]', 'g'),
+    'operator\s*\(\)', 'operator@CALL@', 'g'),
+    '->', '@ARROW@', 'g');
+
+-- @macro _kernel_name_top_level
+-- Step 2 of kernel_short_name: what is left outside every bracket. Parenthesised groups go first, innermost
+-- first (c++filt and nsys write comparisons in template arguments inside parentheses, '(((8)>(0)))', so once
+-- they are gone every '<' and '>' is a template bracket), then template argument lists the same way. 16 passes
+-- each exceed any real nesting depth; an unbalanced (truncated) name is cut at its first remaining '<' or '('.
+-- @param s: Output of _kernel_name_spellings.
+CREATE OR REPLACE MACRO _kernel_name_top_level(s) AS
+  regexp_replace(regexp_replace(
+    list_reduce(range(16), lambda acc, i: CASE WHEN contains(acc, '<') THEN regexp_replace(acc, '<[^<>]*>', '', 'g') ELSE acc END,
+      list_reduce(range(16), lambda acc, i: CASE WHEN contains(acc, '(') THEN regexp_replace(acc, '\([^()]*\)', '', 'g') ELSE acc END, s)),
+    '[<(].*$', ''), '[>)]', '', 'g');
+
+-- @macro _kernel_name_last_word
+-- Step 3 of kernel_short_name: the qualified name is the last top-level word; the words before it are the
+-- return type ('void', or 'std::enable_if::type' once its arguments are gone). Lambdas become '{lambda#N}' and
+-- the cv-qualifier of a member call ('operator()() const') is dropped first, so neither splits the name.
+-- @param s: Output of _kernel_name_top_level.
+CREATE OR REPLACE MACRO _kernel_name_last_word(s) AS
+  regexp_extract(regexp_replace(regexp_replace(s,
+    '[\[{]lambda\s*#(\d+)[\]}]', '{lambda#\1}', 'g'),
+    '\s+(const|volatile)\b', '', 'g'),
+    '(\S+)\s*$', 1);
+
+-- @macro _kernel_name_mangled
+-- Base name of an Itanium-mangled name (Kineto keeps a name mangled when demangling fails, e.g. very long
+-- CUTLASS names): the length-prefixed components of its nested name joined by '::', up to the template
+-- arguments or parameters ('_ZN19cutlass_cudnn_train6KernelINS_...' -> 'cutlass_cudnn_train::Kernel').
+-- 'St' is 'std::', '_GLOBAL__N_1' the anonymous namespace. Empty when no component can be read.
+-- @param name: Full kernel name starting with '_Z'.
+CREATE OR REPLACE MACRO _kernel_name_mangled(name) AS
+  replace(regexp_replace(split_part(list_reduce(range(16), lambda acc, i:
+      CASE WHEN regexp_matches(split_part(acc, '|', 2), '^[0-9]+') THEN
+        split_part(acc, '|', 1) || '::'
+          || substr(split_part(acc, '|', 2), length(regexp_extract(split_part(acc, '|', 2), '^[0-9]+')) + 1,
+                    CAST(regexp_extract(split_part(acc, '|', 2), '^[0-9]+') AS INTEGER))
+          || '|' || substr(split_part(acc, '|', 2), length(regexp_extract(split_part(acc, '|', 2), '^[0-9]+')) + 1
+                    + CAST(regexp_extract(split_part(acc, '|', 2), '^[0-9]+') AS INTEGER))
+        ELSE acc END,
+    CASE WHEN regexp_matches(name, '^_ZN?[rVKRO]*St') THEN '::std' ELSE '' END || '|'
+      || regexp_replace(name, '^_Z(L)?(N[rVKRO]*)?(St)?', '')), '|', 1), '^::', ''),
+    '_GLOBAL__N_1', '(anonymous namespace)');
+
 -- @macro kernel_short_name
--- Base name of a kernel: drops a leading return type ('void '), namespaces are kept, and the parameter
--- list and template arguments are cut, e.g. 'void at::native::foo<float>(int)' -> 'at::native::foo'.
+-- Base name of a kernel, from its C++ signature: the return type ('void', 'std::enable_if<...>::type'), the
+-- template arguments and the parameter lists are dropped; the qualified name is kept, with the anonymous
+-- namespace spelled '(anonymous namespace)' whether the trace wrote that (Kineto) or '<unnamed>' (nsys), lambdas
+-- as '{lambda#N}' and 'operator()' as is. Examples: 'void at::native::<unnamed>::CatArrayBatchedCopy<...>(...)'
+-- -> 'at::native::(anonymous namespace)::CatArrayBatchedCopy'; 'std::enable_if<...>::type
+-- vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(...)' -> 'vllm::fused_add_rms_norm_kernel'. Mangled names
+-- ('_Z...') give their nested name (_kernel_name_mangled); CUPTI memory descriptions ('Memcpy HtoD (...)',
+-- 'Memset (Device)') are kept whole. Never empty and never ends in '::': the trimmed name is the last resort.
 -- @param name: Full kernel name.
 CREATE OR REPLACE MACRO kernel_short_name(name) AS
-  regexp_replace(regexp_replace(regexp_replace(name, '^void ', ''), '[<(].*$', ''), '\s+$', '');
+  coalesce(nullif(regexp_replace(regexp_replace(
+    CASE
+      WHEN regexp_matches(name, '^\s*(Memcpy|Memset)\b') THEN trim(name)
+      WHEN regexp_matches(name, '^_Z') THEN _kernel_name_mangled(name)
+      ELSE replace(replace(replace(
+             _kernel_name_last_word(_kernel_name_top_level(_kernel_name_spellings(name))),
+             '@ANON@', '(anonymous namespace)'), '@CALL@', '()'), '@ARROW@', '->')
+    END, '^:+|:+$', '', 'g'), '\s+', ' ', 'g'), ''),
+    nullif(regexp_replace(trim(name), '\s+', ' ', 'g'), ''), 'unknown');
 
 -- @macro is_comm_kernel_name
 -- True for communication kernels. Rules, first match wins, on the name without a leading 'void ':
@@ -21,18 +90,53 @@ CREATE OR REPLACE MACRO is_comm_kernel_name(name) AS
     '^(nccl|rccl)|multimem_|one_shot_all_reduce|two_shot_all_reduce|symm_mem|cross_device_reduce|custom_all_reduce|allreduce_fusion|deep_ep::|nvshmem',
     'i');
 
+-- @macro _kernel_class_subject
+-- The text kernel_class reads: the base name, except for launch wrappers whose base name says nothing
+-- ('cutlass::Kernel', 'cutlass::device_kernel', 'ck_tile::kentry', also when mangled): there the wrapped
+-- kernel, i.e. the full name, carries the evidence. Reading the base name elsewhere keeps words in template
+-- arguments (a GEMM traits type passed to a row-gather kernel) from deciding the class.
+-- @param name: Full kernel name.
+CREATE OR REPLACE MACRO _kernel_class_subject(name) AS
+  -- the one-element list binds the base name once (a macro argument used twice is computed twice)
+  list_transform([kernel_short_name(name)], lambda b:
+    CASE WHEN regexp_matches(b, '(^|::)(Kernel[0-9]*|device_kernel|kentry)$') THEN name ELSE b END)[1];
+
 -- @macro kernel_class
--- Class of a kernel by name: 'communication' (is_comm_kernel_name), then 'memory' (memcpy/memset-like
--- kernels), 'attention' (flash/fused multi-head attention), 'gemm' (cuBLAS/cuBLASLt/CUTLASS/rocBLAS/
--- hipBLASLt/Triton matmul kernels), else 'compute'. Rules are ordered; the first match wins.
+-- Class of a kernel by name; the first matching rule wins (tested row by row against
+-- fixtures/kernel_names/corpus.csv). Rules 3-7 read _kernel_class_subject (the base name, or the full name of a
+-- launch wrapper such as 'cutlass::Kernel<...>'), case-insensitive:
+--   1. 'communication': is_comm_kernel_name;
+--   2. 'memory': CUPTI copy/set descriptions ('Memcpy ...', 'Memset ...'), 'memcpy*'/'memset*' kernels (CUDA
+--      graph copy nodes), HIP runtime copy/fill kernels ('__amd_rocclr_copy*', '__amd_rocclr_fill*');
+--   3. 'compute', before the rules below read op words in their names: Inductor pointwise and reduction
+--      kernels ('triton_poi_', 'triton_red_', 'triton_per_': 'triton_poi_fused_addmm_0' is a bias add) and
+--      KV-cache writes ('reshape_and_cache*', 'concat_and_cache*': 'reshape_and_cache_flash' is not attention);
+--   4. 'convolution': cuDNN/CUTLASS/MIOpen/Inductor convolutions, including implicit-GEMM ones: 'conv' (not
+--      'convert'), 'convolve', 'fprop', 'dgrad', 'wgrad', 'winograd', 'scudnn', 'implicit_gemm',
+--      MIOpen 'igemm_fwd|bwd|wrw'. A class of their own, so that "overlap with GEMMs" counts matrix
+--      multiplies only; they remain computation;
+--   5. 'attention': 'flash' (not 'flashinfer'), 'fmha', 'mha', 'attention', 'attn', 'sdpa', 'softmax_gemm'
+--      (CK fused attention), 'paged_decode', FlashInfer '...With{Paged,Ragged}KVCache', 'SinglePrefill',
+--      'SingleDecode';
+--   6. 'gemm' (matrix multiply, batched and grouped forms, matrix-vector included): 'gemm' (not 'fbgemm', a
+--      library name), 'gemv', 'nvjet', 'Cijk_' (Tensile: rocBLAS, hipBLASLt), 'matmul', 'marlin', 'fused_moe'
+--      (MoE expert GEMMs), 'splitKreduce' (the split-K reduction that completes a cuBLAS GEMM), and
+--      '[add|b|scaled_]mm' as a word (Inductor 'triton_tem_fused_addmm_0', 'cutlass_scaled_mm');
+--   7. 'compute': everything else.
 -- @param name: Full kernel name.
 CREATE OR REPLACE MACRO kernel_class(name) AS
   CASE
     WHEN is_comm_kernel_name(name) THEN 'communication'
-    WHEN regexp_matches(name, '^(void )?(Memcpy|Memset|memcpy|memset)|^(hip|cuda)Mem(cpy|set)|__amd_rocclr_(copy|fill)', '') THEN 'memory'
-    WHEN regexp_matches(name, 'flash|fmha|attention|attn_fwd|attn_bwd|_attn|sdpa|mha_fwd|mha_bwd', 'i') THEN 'attention'
-    WHEN regexp_matches(name, 'gemm|nvjet|xmma|cutlass|cublas|Cijk_|matmul|_mm_|bmm_|wgmma|hgemm|sgemm', 'i') THEN 'gemm'
-    ELSE 'compute'
+    WHEN regexp_matches(name, '^\s*(void )?(Memcpy|Memset|memcpy|memset)|^(hip|cuda)Mem(cpy|set)|__amd_rocclr_(copy|fill)') THEN 'memory'
+    ELSE list_transform([_kernel_class_subject(name)], lambda s: CASE
+      WHEN regexp_matches(s, '^triton_(poi|red|per)_|reshape_and_cache|concat_and_cache', 'i') THEN 'compute'
+      WHEN regexp_matches(s, 'conv([^e]|$)|convolve|fprop|dgrad|wgrad|winograd|scudnn|implicit_?gemm|igemm_(fwd|bwd|wrw)',
+                          'i') THEN 'convolution'
+      WHEN regexp_matches(s, 'flash([^i]|$)|fmha|(^|[^a-z])mha([^a-z]|$)|attention|attn|sdpa|softmax_gemm|paged_decode'
+                             '|with(paged|ragged)kvcache|singleprefill|singledecode', 'i') THEN 'attention'
+      WHEN regexp_matches(replace(lower(s), 'fbgemm', ''),
+                          'gemm|gemv|nvjet|cijk_|matmul|marlin|fused_moe|splitkreduce|(^|_)(add|b|scaled_)?mm(_|$)') THEN 'gemm'
+      ELSE 'compute' END)[1]
   END;
 
 -- @macro canonical_collective

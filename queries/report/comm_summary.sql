@@ -23,6 +23,9 @@ ORDER BY comm_ns DESC, collective;
 
 -- @macro top_comm_kernels
 -- The communication kernels with the most total time, grouped by kernel base name and collective, over all ranks.
+-- The base name is kernels.short_name (rule kernel_short_name); top_name gives the full name of the group's
+-- biggest variant and n_names how many full names (template instances) the group holds (kernel_name_variants
+-- lists them).
 -- @param n: Rows returned (default 25).
 -- @column short_name: Kernel base name (untrusted trace text).
 -- @column collective: Canonical collective.
@@ -34,8 +37,16 @@ ORDER BY comm_ns DESC, collective;
 -- @column exposed_pct: 100 × summed exposed time / summed duration.
 -- @column median_msg_bytes: Median message size (bytes, nccl-tests convention), when known.
 -- @column time_share_pct: 100 × total time / all communication-kernel time.
+-- @column n_names: Distinct full kernel names in the group.
+-- @column top_name: Full name with the most total time in the group (ties: first in name order; untrusted trace text).
 CREATE OR REPLACE MACRO top_comm_kernels(n := 25) AS TABLE
-WITH g AS (
+WITH per_name AS (
+  SELECT c.short_name, c.collective, k.name, sum(c.duration_ns) AS name_ns
+  FROM comm_kernels() c JOIN kernels k USING (kernel_id) GROUP BY ALL
+), names AS (
+  SELECT short_name, collective, count(*) AS n_names, first(name ORDER BY name_ns DESC, name) AS top_name
+  FROM per_name GROUP BY ALL
+), g AS (
   SELECT short_name, collective, count(*) AS calls, count(DISTINCT rank) AS ranks, sum(duration_ns) AS total_ns,
          avg(duration_ns) AS mean_ns, max(duration_ns) AS max_ns, sum(exposed_ns) AS exposed_ns,
          median(msg_bytes) AS median_msg_bytes
@@ -44,7 +55,7 @@ WITH g AS (
 SELECT short_name, collective, calls, ranks, total_ns / 1e6 AS total_ms, mean_ns / 1e3 AS mean_us,
        max_ns / 1e3 AS max_us, 100.0 * exposed_ns / nullif(total_ns, 0) AS exposed_pct,
        CAST(median_msg_bytes AS BIGINT) AS median_msg_bytes,
-       100.0 * total_ns / nullif(sum(total_ns) OVER (), 0) AS time_share_pct
-FROM g
+       100.0 * total_ns / nullif(sum(total_ns) OVER (), 0) AS time_share_pct, n_names, top_name
+FROM g JOIN names USING (short_name, collective)
 ORDER BY total_ns DESC, short_name, collective
 LIMIT n;

@@ -5,7 +5,7 @@
 -- timeline whose size does not grow with the trace. The step is a 'ProfilerStep#N' (Kineto) or 'step N' /
 -- 'step_N' / 'step#N' (NVTX) range in cpu_ranges; its window runs from the earliest start to the latest end
 -- of that step's ranges over all ranks. Without step ranges the window is the whole trace ('whole trace').
--- Lanes: 'communication' (communication kernels), 'compute' (compute, gemm and attention kernels) and
+-- Lanes: 'communication' (communication kernels), 'compute' (gemm, convolution, attention and compute kernels) and
 -- 'memory' (memory kernels, memcpy and memset). The window is cut into `max_segments` equal bins; the
 -- kernels and memory operations of one rank and lane that start in one bin (clipped to the window) merge
 -- into one segment from the earliest start to the latest end, labelled with the class that took the most
@@ -25,7 +25,8 @@
 -- @column busy_us: Summed duration of the segment's operations (µs); can exceed end_us - start_us when streams run concurrently.
 -- @column busy_fraction: busy_us / (end_us - start_us), capped at 1.
 -- @column n_ops: Number of kernels and memory operations merged into the segment.
--- @column longest_op_name: Short name of the longest operation in the segment (untrusted trace text).
+-- @column longest_op_name: Base name of the longest operation in the segment (untrusted trace text).
+-- @column longest_op_full_name: Full name of that operation, as the trace wrote it (untrusted trace text).
 CREATE OR REPLACE MACRO step_timeline(pick_step := NULL, max_segments := 200, max_ranks := 16) AS TABLE
 WITH step_ranges AS (
   SELECT rank, start_ns, end_ns,
@@ -57,14 +58,14 @@ kept_ranks AS (
 ops AS (
   SELECT k.rank,
          CASE k.kernel_class WHEN 'communication' THEN 'communication' WHEN 'memory' THEN 'memory' ELSE 'compute' END AS lane,
-         k.kernel_class AS op_class, k.start_ns, k.end_ns, k.short_name AS op_name
+         k.kernel_class AS op_class, k.start_ns, k.end_ns, k.short_name AS op_name, k.name AS op_full_name
   FROM kernels k SEMI JOIN kept_ranks USING (rank)
   UNION ALL
-  SELECT m.rank, 'memory', 'memory', m.start_ns, m.end_ns, m.name
+  SELECT m.rank, 'memory', 'memory', m.start_ns, m.end_ns, m.name, m.name
   FROM mem_ops m SEMI JOIN kept_ranks USING (rank)
 ),
 clipped AS (
-  SELECT o.rank, o.lane, o.op_class, o.op_name, w.w0, w.w1, w.step_label,
+  SELECT o.rank, o.lane, o.op_class, o.op_name, o.op_full_name, w.w0, w.w1, w.step_label,
          greatest(o.start_ns, w.w0) AS s_ns, least(o.end_ns, w.w1) AS e_ns
   FROM ops o, win w
   WHERE o.end_ns >= w.w0 AND o.start_ns <= w.w1 AND w.w0 IS NOT NULL
@@ -83,7 +84,7 @@ dominant AS (
 segments AS (
   SELECT rank, lane, seg, any_value(step_label) AS step_label, any_value(w0) AS w0, any_value(w1) AS w1,
          min(s_ns) AS seg_start_ns, max(e_ns) AS seg_end_ns, sum(e_ns - s_ns) AS busy_ns, count(*) AS n_ops,
-         arg_max(op_name, e_ns - s_ns) AS longest_op_name
+         arg_max({'b': op_name, 'f': op_full_name}, e_ns - s_ns) AS longest_op
   FROM binned GROUP BY ALL
 )
 SELECT s.step_label,
@@ -94,6 +95,6 @@ SELECT s.step_label,
        (s.seg_end_ns - s.w0) / 1e3 AS end_us,
        s.busy_ns / 1e3 AS busy_us,
        CASE WHEN s.seg_end_ns > s.seg_start_ns THEN least(1.0, s.busy_ns / (s.seg_end_ns - s.seg_start_ns)) ELSE 1.0 END AS busy_fraction,
-       s.n_ops, s.longest_op_name
+       s.n_ops, s.longest_op.b AS longest_op_name, s.longest_op.f AS longest_op_full_name
 FROM segments s JOIN dominant d USING (rank, lane, seg)
 ORDER BY rank, lane, segment;
