@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 
 from ..errors import InputError
 from .base import Batch, ReadOptions
+from . import nsys_values as values
 from .nvtx_payload import PayloadDecoder
 
 SOURCE = "nsys"
@@ -169,22 +170,12 @@ class _Export:
             yield rows
 
 
-def _i64(col) -> pa.Array:
-    return pa.array(col, pa.int64())
-
-
 _IDS = pa.array(range(CHUNK_ROWS), pa.int64())
 
 
 def _ids(n: int, m: int) -> pa.Array:
     """Row indexes n .. n+m-1."""
     return pc.add(_IDS.slice(0, m), n) if m <= CHUNK_ROWS else pa.array(range(n, n + m), pa.int64())
-
-
-def _columns(rows: list[tuple], types: list[pa.DataType]) -> list[pa.Array]:
-    """Row tuples -> one Arrow array per column, converted in C (2-3x faster than zip(*rows) + pa.array)."""
-    st = pa.struct([(f"c{i}", t) for i, t in enumerate(types)])
-    return pa.array(rows, type=st).flatten()
 
 
 def _meta(ex: _Export, path: Path) -> dict:
@@ -204,11 +195,11 @@ def _clock(ex: _Export) -> tuple[int, str]:
         sys_col = "systemClockNs" if "systemClockNs" in ex.cols(t) else "NULL"
         row = ex.con.execute(f"SELECT utcEpochNs, {sys_col} FROM {t} WHERE utcEpochNs IS NOT NULL LIMIT 1").fetchone()
         if row:
-            utc, sysclk = row
-            if sysclk is not None:
-                return utc - sysclk, ("utcEpochNs + (t - systemClockNs) from TARGET_INFO_SESSION_START_TIME "
-                                      "(Unix epoch ns)")
-            return utc, "utcEpochNs + t from TARGET_INFO_SESSION_START_TIME (no systemClockNs; approximate epoch)"
+            offset = values.session_clock(ex, *row)
+            if row[1] is not None:
+                return offset, ("utcEpochNs + (t - systemClockNs) from TARGET_INFO_SESSION_START_TIME "
+                                "(Unix epoch ns)")
+            return offset, "utcEpochNs + t from TARGET_INFO_SESSION_START_TIME (no systemClockNs; approximate epoch)"
     return 0, "raw nsys timestamps (no TARGET_INFO_SESSION_START_TIME; not aligned to Unix epoch)"
 
 
@@ -219,6 +210,7 @@ def _gpu_processes(ex: _Export) -> dict[int, set[int]]:
         if t in ex.tables and {"globalPid", "deviceId"} <= ex.cols(t):
             for gpid, dev in ex.con.execute(f"SELECT DISTINCT globalPid, deviceId FROM {t}"):
                 if gpid is not None and dev is not None:
+                    values.check_device(ex, t, gpid, dev)
                     out.setdefault(gpid, set()).add(dev)
     return out
 
@@ -324,14 +316,18 @@ def _read(path: Path, options: ReadOptions) -> Iterator[Batch]:
     def rank_from_key(keys: pa.Array) -> pa.Array:
         return pc.take(ranks_arr, pc.index_in(keys, value_set=pkeys))
 
-    yield from _kernels(ex, offset, rank_from_key)
-    yield from _memops(ex, offset, rank_from_key)
+    notes: list[tuple[str, str, str]] = []
+    yield from _kernels(ex, offset, rank_from_key, notes)
+    yield from _memops(ex, offset, rank_from_key, notes)
     # index 127 = not a rank (launchers, nsys): take() gives NULL there and the rows are dropped
     pad = 128 - len(gpids)
     yield from _api_calls(ex, offset, [g >> _PID_SHIFT for g in gpids],
                           pa.array([rank_of[g] for g in gpids] + [None] * pad, pa.int32()),
-                          pa.array([(g >> _PID_SHIFT) & _PID_MASK for g in gpids] + [None] * pad, pa.int64()))
-    yield from _nvtx(ex, offset, rank_from_key, _domains(ex, nccl_ids), dec)
+                          pa.array([(g >> _PID_SHIFT) & _PID_MASK for g in gpids] + [None] * pad, pa.int64()),
+                          notes)
+    yield from _nvtx(ex, offset, rank_from_key, _domains(ex, nccl_ids), dec, notes)
+    if notes:
+        yield Batch("ingest_notes", values.note_batch(notes))
     ex.con.close()
 
 
@@ -360,10 +356,11 @@ def _devices(ex: _Export, procs: dict[int, set[int]], rank_of: dict[int, int]) -
         "total_memory_bytes": pa.array(cols[4], pa.int64())}))
 
 
-def _kernels(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
+def _kernels(ex: _Export, offset: int, rank_from_key, notes: list) -> Iterator[Batch]:
     """Kernels. Small integer columns are packed into one SQLite integer per group (fewer Python objects per row:
     the fetch is what costs) and unpacked with Arrow: process key << 16 | deviceId, demangledName << 31 |
-    shortName (StringIds ids < 2^31), streamId << 32 | correlationId, grid/block x << 32 | y << 16 | z."""
+    shortName (StringIds ids < 2^31; NULL -> an id that names nothing), streamId << 32 | correlationId,
+    grid/block x << 32 | y << 16 | z."""
     t = _KERNEL
     need = {"start", "end", "deviceId", "globalPid", "demangledName", "shortName"}
     if not need <= ex.cols(t):
@@ -373,25 +370,28 @@ def _kernels(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
     c = lambda n: f'"{n}"' if n in have else "0"  # noqa: E731
     corr = f'ifnull("correlationId", {_NO_CORR})' if "correlationId" in have else str(_NO_CORR)
     graph = '"graphId"' if "graphId" in have else "NULL"
-    sql = (f'SELECT "start", "end", ((globalPid >> {_PID_SHIFT}) << 16) | (deviceId & 65535), '
-           f'(demangledName << 31) | shortName, ({c("streamId")} << 32) | {corr}, '
+    sql = (f'SELECT "start", "end", CASE WHEN deviceId BETWEEN 0 AND {values.MAX_DEVICE} '
+           f'THEN ((globalPid >> {_PID_SHIFT}) << 16) | deviceId END, '
+           f'(ifnull(demangledName, {_NO_NAME}) << 31) | ifnull(shortName, {_NO_NAME}), '
+           f'({c("streamId")} << 32) | {corr}, '
            f'({c("gridX")} << 32) | ({c("gridY")} << 16) | {c("gridZ")}, '
            f'({c("blockX")} << 32) | ({c("blockY")} << 16) | {c("blockZ")}, {graph} FROM {t}')
-    n = 0
-    for rows in ex.rows(sql):
-        cols = _columns(rows, [pa.int64()] * 8)
-        m = len(rows)
+    n, dropped, short_only, unnamed = 0, 0, 0, 0
+    for cols in values.chunks(ex, t, sql, [pa.int64()] * 8, ["start", "end", "globalPid", "deviceId"]):
+        m = len(cols[0])
         pkdev, names, sc, grid, block = cols[2:7]
+        if pkdev.null_count:
+            raise values.explain_process_device(ex, t)
+        start, end, keep = values.times(ex, t, cols[0], cols[1], offset)
+        name_ids, k_short, k_none = _kernel_name_ids(ex, names)
         corr_arr = pc.bit_wise_and(sc, 0xFFFFFFFF)
         data = {
             "kernel_id": _ids(n, m),
             "rank": rank_from_key(pc.shift_right(pkdev, 16)),
             "device_id": pc.bit_wise_and(pkdev, 0xFFFF).cast(pa.int32()),
             "stream_id": pc.shift_right(sc, 32),
-            "start_ns": pc.add(cols[0], offset),
-            "end_ns": pc.add(cols[1], offset),
-            "name": ex.name_array(pc.shift_right(names, 31), lambda v: normalise_kernel_name(v or "unknown")),
-            "short_name": ex.name_array(pc.bit_wise_and(names, 0x7FFFFFFF), lambda v: v or "unknown"),
+            "start_ns": start, "end_ns": end,
+            "name": ex.name_array(name_ids, lambda v: normalise_kernel_name(v) if v else "unknown"),
             "correlation_id": pc.if_else(pc.equal(corr_arr, _NO_CORR), pa.scalar(None, pa.int64()), corr_arr),
         }
         for arr, axis in ((grid, "grid"), (block, "block")):
@@ -400,10 +400,41 @@ def _kernels(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
             data[f"{axis}_z"] = pc.bit_wise_and(arr, 0xFFFF).cast(pa.int32())
         data["graph_id"] = cols[7]
         n += m
-        yield Batch("kernels", pa.table(data))
+        tbl = pa.table(data)
+        if keep is not None:
+            dropped += m - pc.sum(keep).as_py()
+            tbl = tbl.filter(keep)
+        short_only, unnamed = short_only + k_short, unnamed + k_none
+        yield Batch("kernels", tbl)
+    if dropped:
+        notes.append(("warning", "negative_durations", f"{dropped} kernels with end < start were not stored "
+                      f"({t}); analyses miss them"))
+    if short_only:
+        notes.append(("info", "kernel_short_names", f"{short_only} kernels have no demangledName: stored under their "
+                      "shortName (no parameter list)"))
+    if unnamed:
+        notes.append(("warning", "unnamed_kernels", f"{unnamed} kernels have neither demangledName nor shortName: "
+                      "stored as 'unknown' and classified as compute"))
 
 
-def _memops(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
+_NO_NAME = 0x7FFFFFFF  # stands for a NULL StringIds id in the packed name column
+
+
+def _kernel_name_ids(ex: _Export, packed: pa.Array) -> tuple[pa.Array, int, int]:
+    """StringIds id naming each kernel: demangledName, else shortName; and how many fell back / have none."""
+    dn, sn = pc.shift_right(packed, 31), pc.bit_wise_and(packed, 0x7FFFFFFF)
+    uniq = pc.unique(pa.concat_arrays([pc.unique(dn), pc.unique(sn)])).to_pylist()
+    strings = ex.strings(uniq)
+    missing = pa.array([i for i in uniq if strings.get(i) is None], pa.int64())
+    if not len(missing):
+        return dn, 0, 0
+    no_dn = pc.is_in(dn, value_set=missing)
+    ids = pc.if_else(no_dn, sn, dn)
+    none = pc.sum(pc.is_in(ids, value_set=missing)).as_py() or 0
+    return ids, (pc.sum(no_dn).as_py() or 0) - none, none
+
+
+def _memops(ex: _Export, offset: int, rank_from_key, notes: list) -> Iterator[Batch]:
     n = 0
     for t, kind in ((_MEMCPY, "memcpy"), (_MEMSET, "memset")):
         if t not in ex.tables or not {"start", "end", "deviceId", "globalPid"} <= ex.cols(t):
@@ -412,26 +443,38 @@ def _memops(ex: _Export, offset: int, rank_from_key) -> Iterator[Batch]:
         sql = (f'SELECT "start", "end", deviceId, globalPid >> {_PID_SHIFT}, {c(t, "streamId")}, '
                f'{c(t, "correlationId")}, {c(t, "bytes")}, {c(t, "copyKind")}, {c(t, "srcKind")}, '
                f'{c(t, "dstKind")}, {c(t, "memKind")} FROM {t}')
-        for rows in ex.rows(sql):
-            cols = list(zip(*rows))
-            m = len(rows)
+        dropped = 0
+        for arrs in values.chunks(ex, t, sql, [pa.int64()] * 11, ["start", "end", "deviceId", "globalPid"]):
+            m = len(arrs[0])
+            values.require(ex, t, arrs[3], "globalPid")
+            if arrs[2].null_count or pc.any(pc.or_(pc.less(arrs[2], 0), pc.greater(arrs[2], values.MAX_DEVICE))).as_py():
+                raise values.explain_process_device(ex, t)
+            start, end, keep = values.times(ex, t, arrs[0], arrs[1], offset)
+            cols = [a.to_pylist() for a in arrs[7:11]]
             if kind == "memcpy":
-                ck = [_COPY_KIND.get(k) for k in cols[7]]
+                ck = [_COPY_KIND.get(k) for k in cols[0]]
                 names = [f"Memcpy {k or 'other'} ({_MEM_KIND.get(s, 'Unknown')} -> {_MEM_KIND.get(d, 'Unknown')})"
-                         for k, s, d in zip(ck, cols[8], cols[9])]
+                         for k, s, d in zip(ck, cols[1], cols[2])]
                 ck = [k if k in _CANON_COPY else "other" for k in ck]
             else:
                 ck = [None] * m
-                names = [f"Memset ({_MEM_KIND.get(k, 'Unknown')})" for k in cols[10]]
-            yield Batch("mem_ops", pa.table({
+                names = [f"Memset ({_MEM_KIND.get(k, 'Unknown')})" for k in cols[3]]
+            tbl = pa.table({
                 "memop_id": _ids(n, m),
-                "rank": rank_from_key(_i64(cols[3])),
-                "device_id": pa.array(cols[2], pa.int32()),
-                "stream_id": _i64(cols[4]),
-                "start_ns": pc.add(_i64(cols[0]), offset), "end_ns": pc.add(_i64(cols[1]), offset),
+                "rank": rank_from_key(arrs[3]),
+                "device_id": arrs[2].cast(pa.int32()),
+                "stream_id": arrs[4],
+                "start_ns": start, "end_ns": end,
                 "kind": pa.repeat(pa.scalar(kind), m), "copy_kind": pa.array(ck, pa.string()),
-                "bytes": _i64(cols[6]), "name": pa.array(names, pa.string()), "correlation_id": _i64(cols[5])}))
+                "bytes": arrs[6], "name": pa.array(names, pa.string()), "correlation_id": arrs[5]})
+            if keep is not None:
+                dropped += m - pc.sum(keep).as_py()
+                tbl = tbl.filter(keep)
+            yield Batch("mem_ops", tbl)
             n += m
+        if dropped:
+            notes.append(("warning", "negative_durations", f"{dropped} {kind} operations with end < start were not "
+                          f"stored ({t})"))
 
 
 def _keep_ranked(tbl: pa.Table) -> pa.Table:
@@ -439,8 +482,8 @@ def _keep_ranked(tbl: pa.Table) -> pa.Table:
     return tbl if pc.all(mask).as_py() else tbl.filter(mask)
 
 
-def _api_calls(ex: _Export, offset: int, rank_keys: list[int], ranks_arr: pa.Array, pids_arr: pa.Array
-               ) -> Iterator[Batch]:
+def _api_calls(ex: _Export, offset: int, rank_keys: list[int], ranks_arr: pa.Array, pids_arr: pa.Array,
+               notes: list) -> Iterator[Batch]:
     """Runtime/driver calls. Packed per row (fewer Python objects): rank index (position of the process in
     rank_keys, 127 = not a rank) << 56 | TID << 32 | correlationId, and nameId << 8 | eventClass."""
     t = _RUNTIME
@@ -453,12 +496,13 @@ def _api_calls(ex: _Export, offset: int, rank_keys: list[int], ranks_arr: pa.Arr
     corr = f'ifnull("correlationId", {_NO_CORR})' if "correlationId" in ex.cols(t) else str(_NO_CORR)
     case = "CASE globalTid >> 24 " + " ".join(f"WHEN {k} THEN {i}" for i, k in enumerate(rank_keys)) + " ELSE 127 END"
     sql = (f'SELECT "start", "end", (({case}) << 56) | ((globalTid & {_PID_MASK}) << 32) | ({corr} & 4294967295), '
-           f'(nameId << 8) | ({ec} & 255) FROM {t}')
-    n = 0
-    for rows in ex.rows(sql):
-        cols = _columns(rows, [pa.int64()] * 4)
-        m = len(rows)
+           f'(ifnull(nameId, {_NO_NAME}) << 8) | ({ec} & 255) FROM {t}')
+    n, dropped = 0, 0
+    for cols in values.chunks(ex, t, sql, [pa.int64()] * 4, ["start", "end", "globalTid", "nameId"]):
+        m = len(cols[0])
         packed, name_ec = cols[2], cols[3]
+        values.require(ex, t, packed, "globalTid")
+        start, end, keep = values.times(ex, t, cols[0], cols[1], offset)
         idx = pc.shift_right(packed, 56)
         corr_arr = pc.bit_wise_and(packed, 0xFFFFFFFF)
         tbl = pa.table({
@@ -466,16 +510,23 @@ def _api_calls(ex: _Export, offset: int, rank_keys: list[int], ranks_arr: pa.Arr
             "rank": pc.take(ranks_arr, idx),
             "pid": pc.take(pids_arr, idx),
             "tid": pc.bit_wise_and(pc.shift_right(packed, 32), _PID_MASK),
-            "start_ns": pc.add(cols[0], offset), "end_ns": pc.add(cols[1], offset),
+            "start_ns": start, "end_ns": end,
             "name": ex.name_array(pc.shift_right(name_ec, 8), _api_name),
             "correlation_id": pc.if_else(pc.equal(corr_arr, _NO_CORR), pa.scalar(None, pa.int64()), corr_arr),
             "api": pc.if_else(pc.equal(pc.bit_wise_and(name_ec, 255), 1), "driver", "runtime"),
         })
         n += m
+        if keep is not None:
+            dropped += m - pc.sum(keep).as_py()
+            tbl = tbl.filter(keep)
         yield Batch("api_calls", _keep_ranked(tbl))
+    if dropped:
+        notes.append(("warning", "negative_durations", f"{dropped} CUDA API calls with end < start were not stored "
+                      f"({t}); kernels they launched lose their CPU link"))
 
 
-def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDecoder) -> Iterator[Batch]:
+def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDecoder, notes: list
+          ) -> Iterator[Batch]:
     t = _NVTX
     if t not in ex.tables or not {"start", "eventType", "globalTid"} <= ex.cols(t):
         return
@@ -484,11 +535,13 @@ def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDe
            f'{ex.col(t, "domainId", default="0")}, {blob} FROM {t} WHERE eventType IN (59, 60)')
     dkeys = pa.array([k * 65536 + d for (k, d) in domains if 0 <= d < 65536], pa.int64())
     dnames = pa.array([v for (k, d), v in domains.items() if 0 <= d < 65536], pa.string())
-    n = 0
-    for rows in ex.rows(sql):
-        cols = _columns(rows, [pa.int64(), pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.int64(), pa.binary()])
-        m = len(rows)
+    n, dropped = 0, 0
+    types = [pa.int64(), pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.int64(), pa.binary()]
+    for cols in values.chunks(ex, t, sql, types, ["start", "end", "globalTid", "textId", "domainId"]):
+        m = len(cols[0])
         gtid, dom, blobs = cols[2], cols[5], cols[6]
+        values.require(ex, t, gtid, "globalTid")
+        start, end, keep = values.times(ex, t, cols[0], cols[1], offset, end_optional=True)
         pkey = pc.shift_right(gtid, _PID_SHIFT)
         names = pc.coalesce(cols[3], ex.name_array(cols[4]).cast(pa.string()), pa.scalar("", pa.string()))
         secret = pc.match_substring_regex(names, _SECRETISH)
@@ -506,15 +559,20 @@ def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDe
             "rank": rank_from_key(pkey),
             "pid": pc.bit_wise_and(pkey, _PID_MASK),
             "tid": pc.bit_wise_and(gtid, _PID_MASK),
-            "start_ns": pc.add(cols[0], offset),
-            "end_ns": pc.add(cols[1], offset),
+            "start_ns": start,
+            "end_ns": end,
             "name": names,
             "kind": pa.repeat(pa.scalar("nvtx"), m),
             "domain": doms,
             "args": args,
         })
         n += m
+        if keep is not None:
+            dropped += m - pc.sum(keep).as_py()
+            tbl = tbl.filter(keep)
         yield Batch("cpu_ranges", _keep_ranked(tbl))
+    if dropped:
+        notes.append(("warning", "negative_durations", f"{dropped} NVTX ranges with end < start were not stored ({t})"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
