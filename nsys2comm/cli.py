@@ -262,37 +262,50 @@ def summary(
         show_default=False)] = None,
     max_skew_ms: Annotated[Optional[float], typer.Option(
         metavar="X", help="Exit 3 if ranks start one collective more than X ms apart.", show_default=False)] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 3 also when a threshold could not be evaluated "
+                                                          "(its metric is not available).")] = False,
 ) -> None:
     """The few lines to read after a job, or --json for scripts.
 
     Communication share of GPU time, overlap with compute, exposed communication, worst collective,
     small-message p2p share and latency, stragglers, and what data was missing.
 
-    With a threshold option the command exits 3 when the job violates it (after printing the summary); a metric
-    that could not be computed is reported and not treated as a violation.
+    With a threshold option the command exits 3 when the job violates it (after printing the summary). A metric
+    that could not be computed (one rank: no skew; no communication: no overlap; no sizes: no bandwidth) is
+    reported as not available and its threshold as not evaluated, which --strict also turns into exit 3.
+    Without traces, --json still writes a summary document, saying "no traces", and the exit code is 1.
 
     \b
     Example:
       nsys2comm summary run.duckdb
       nsys2comm summary run.duckdb --json --max-exposed-comm-pct 25 > summary.json
     """
-    from .summary import check_thresholds, format_summary
+    from .summary import check_thresholds, empty_summary, format_summary
 
+    limits = dict(max_exposed_comm_pct=max_exposed_comm_pct, min_overlap_pct=min_overlap_pct,
+                  max_small_p2p_pct=max_small_p2p_pct, max_skew_ms=max_skew_ms)
     with _errors():
-        job = _open(sources)
+        try:
+            job = _open(sources)
+        except InputError as e:
+            if json_:  # scripts get a valid document either way (never an empty file); the error still exits 1
+                out_.write_document(check_thresholds(empty_summary(e.line()), **limits))
+            raise
         s = job.summary()
-        check_thresholds(s, max_exposed_comm_pct=max_exposed_comm_pct, min_overlap_pct=min_overlap_pct,
-                         max_small_p2p_pct=max_small_p2p_pct, max_skew_ms=max_skew_ms)
+        check_thresholds(s, **limits)
         if json_:
             out_.write_document(s)
         else:
             out_.text(format_summary(s))
         job.close()
-        if not s["ok"]:
-            bad = [t for t in s["thresholds"] if t["ok"] is False]
-            for t in bad:
+        for t in s["thresholds"]:
+            if t["ok"] is False:
                 out_.message(f"threshold violated: {t['what']} = {t['value']:g}, limit "
                              f"--{t['name'].replace('_', '-')} {t['limit']:g}")
+            elif t["ok"] is None:
+                out_.message(f"threshold not evaluated: {t['what']} is not available"
+                             + (" (--strict: exit 3)" if strict else ""))
+        if s["ok"] is False or (strict and s["ok"] is None):
             raise typer.Exit(EXIT_THRESHOLD)
 
 

@@ -27,10 +27,17 @@ p2p                        {small_msg_share_pct, small_alpha_pct, small_msg_byte
 max_skew_ms                largest start skew of one collective instance across its ranks, ms
 stragglers                 [{rank, times_last, wait_ns}] up to 3 likeliest stragglers (rank_wait's TraceLens
                            order: least total wait first), only ranks that arrived last at least once
-missing                    [str] what data was missing and what to do about it (ingest notes, absent queries)
-thresholds                 [{name, limit, value, ok}] filled by :func:`check_thresholds`
-ok                         false when a threshold is violated
+missing                    [str] what data was missing and what to do about it (ingest notes, absent queries);
+                           a metric that cannot be computed is null and named here as "KEY: not available (why)";
+                           a job without traces says "no traces"
+thresholds                 [{name, metric, limit, value, ok, what}] filled by :func:`check_thresholds`; ok is
+                           null when the metric is not available (the threshold was not evaluated)
+ok                         false when a threshold is violated, null when none is but one was not evaluated,
+                           true when every threshold was evaluated and held
 =========================  ====================================================================================
+
+Not available, never 0: skew needs a collective matched on at least two ranks, overlap needs communication,
+bandwidth needs message sizes.
 """
 
 from __future__ import annotations
@@ -102,6 +109,24 @@ def _share_pct(v) -> float | None:
 
 def _int(v) -> int | None:
     return None if v is None else int(round(v))
+
+
+def not_available(s: dict, key: str, why: str) -> None:
+    """Record that summary key ``key`` could not be computed: null value, named in ``missing``."""
+    line = f"{key}: not available ({why})"
+    if line not in s["missing"]:
+        s["missing"].append(line)
+
+
+NO_TRACES = "no traces"
+
+
+def empty_summary(why: str) -> dict[str, Any]:
+    """The summary of a job without traces (nothing ingested): every metric null, ``missing`` says why."""
+    s: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
+    s.update(schema_version=SCHEMA_VERSION, nsys2comm_version=__version__, ranks=0, files=0, sources=[],
+             stragglers=[], missing=[f"{NO_TRACES}: {why}"], thresholds=[], ok=True)
+    return s
 
 
 def build_summary(con) -> dict[str, Any]:
@@ -235,9 +260,32 @@ def build_summary(con) -> dict[str, Any]:
         notes = con.execute("SELECT DISTINCT message FROM ingest_notes WHERE severity = 'warning' "
                             "ORDER BY message").fetchall()
         missing.extend(r[0] for r in notes if r[0] not in missing)
-    if s["ranks"] == 0:
-        missing.append("the job has no ranks: nothing was ingested")
+    if s["files"] == 0:
+        missing.insert(0, f"{NO_TRACES}: the job holds no trace files")
+        return s
+    _name_unavailable(s, con)
     return s
+
+
+def _name_unavailable(s: dict, con) -> None:
+    """Say why each metric that is null could not be computed."""
+    n_comm = con.execute("SELECT count(*) FROM kernels WHERE kernel_class = 'communication'").fetchone()[0]
+    if s["comm_share_pct"] is None:
+        not_available(s, "comm_share_pct", "no GPU-busy time" if n_comm else "the job has no communication kernels")
+    if s["overlap_pct"] is None:
+        not_available(s, "overlap_pct", "the job has no communication kernels" if not n_comm
+                      else "communication time is unknown")
+    if s["max_skew_ms"] is None:
+        why = (f"cross-rank skew needs at least two ranks; the job has {s['ranks']}" if s["ranks"] < 2 else
+               "no collective was matched on two or more ranks" if n_comm else "the job has no communication kernels")
+        not_available(s, "max_skew_ms", why)
+    w = s.get("worst_collective")
+    if w is None or w.get("busbw_gbps") is None:
+        n_sized = con.execute("SELECT count(*) FROM comm_ops WHERE msg_bytes IS NOT NULL").fetchone()[0]
+        why = ("the job has no communication kernels" if not n_comm else
+               "no collective has a known message size" if not n_sized else
+               "the group size of the worst collective is unknown")
+        not_available(s, "worst_collective.busbw_gbps", why)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -264,7 +312,8 @@ def _get(s: dict, dotted: str):
 def check_thresholds(s: dict, **limits: float | None) -> dict:
     """Compare the summary with limits (``max_exposed_comm_pct=20``, ...); fills ``thresholds`` and ``ok``.
 
-    A metric that could not be computed is reported with ``ok: null`` and does not fail the check.
+    A metric that could not be computed is not evaluated: ``ok: null`` there, and ``s["ok"]`` is null unless another
+    threshold is violated (never true: an unevaluated gate has not passed).
     """
     results = []
     for opt, limit in limits.items():
@@ -275,7 +324,8 @@ def check_thresholds(s: dict, **limits: float | None) -> dict:
         ok = None if value is None else (value <= limit if kind == "max" else value >= limit)
         results.append({"name": opt, "metric": key, "limit": limit, "value": value, "ok": ok, "what": what})
     s["thresholds"] = results
-    s["ok"] = all(r["ok"] is not False for r in results)
+    oks = [r["ok"] for r in results]
+    s["ok"] = False if False in oks else (None if None in oks else True)
     return s
 
 
@@ -303,6 +353,11 @@ def _bytes(n) -> str:
 
 def format_summary(s: dict) -> str:
     """The summary as a few lines of text."""
+    if not s["files"]:
+        lines = [f"job: {NO_TRACES}"] + [f"missing: {m}" for m in s["missing"]]
+        lines += [f"threshold {t['name'].replace('_', '-')} {t['limit']:g}: not evaluated (no traces)"
+                  for t in s["thresholds"]]
+        return "\n".join(lines)
     lines = [f"job: {s['ranks']} rank(s) from {s['files']} file(s) ({', '.join(s['sources']) or 'none'})"]
     lines.append(f"communication: {_p(s['comm_share_pct'])} of GPU-busy time ({_ms(s['comm_ns'])} of "
                  f"{_ms(s['gpu_busy_ns'])}, summed over ranks)")
@@ -331,13 +386,14 @@ def format_summary(s: dict) -> str:
                  for r in s["stragglers"]]
         skew = f"; max skew {s['max_skew_ms']:.3f} ms" if s.get("max_skew_ms") is not None else ""
         lines.append("stragglers: " + ", ".join(parts) + skew)
+    elif s.get("max_skew_ms") is None:
+        lines.append("stragglers: not available (see missing: max_skew_ms)")
     else:
-        lines.append("stragglers: none found" + (f" (max skew {s['max_skew_ms']:.3f} ms)"
-                                                  if s.get("max_skew_ms") is not None else ""))
+        lines.append(f"stragglers: none found (max skew {s['max_skew_ms']:.3f} ms)")
     for m in s["missing"]:
         lines.append(f"missing: {m}")
     for t in s["thresholds"]:
-        status = {True: "ok", False: "VIOLATED", None: "not checked (no data)"}[t["ok"]]
+        status = {True: "ok", False: "VIOLATED", None: "not evaluated (metric not available)"}[t["ok"]]
         val = "n/a" if t["value"] is None else f"{t['value']:g}"
         lines.append(f"threshold {t['name'].replace('_', '-')} {t['limit']:g}: {status} (value {val})")
     return "\n".join(lines)

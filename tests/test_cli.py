@@ -349,7 +349,7 @@ def test_summary_threshold_on_missing_metric_is_not_a_violation(db, monkeypatch)
 
     monkeypatch.setattr("nsys2comm.summary.build_summary", no_data)
     r = run("summary", db, "--max-skew-ms", "1")
-    assert r.exit_code == 0 and "not checked" in r.stdout
+    assert r.exit_code == 0 and "not evaluated" in r.stdout
 
 
 def test_summary_subprocess_one_off_traces():
