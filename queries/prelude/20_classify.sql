@@ -7,11 +7,12 @@
 -- '->' -> '@ARROW@'.
 -- @param name: Full kernel name.
 CREATE OR REPLACE MACRO _kernel_name_spellings(name) AS
-  regexp_replace(regexp_replace(regexp_replace(regexp_replace(trim(name),
-    '\(anonymous namespace\)|<unnamed>', '@ANON@', 'g'),
-    '\s*\(instance (\d+)\)\]', '#\1]', 'g'),
-    'operator\s*\(\)', 'operator@CALL@', 'g'),
-    '->', '@ARROW@', 'g');
+  -- plain replace() where the text is literal: names can be kilobytes long, and this runs on every distinct name
+  replace(replace(replace(replace(
+    CASE WHEN contains(name, '(instance ') THEN regexp_replace(name, ' \(instance (\d+)\)\]', '#\1]', 'g')
+         ELSE name END,
+    '(anonymous namespace)', '@ANON@'), '<unnamed>', '@ANON@'),
+    'operator ()', 'operator@CALL@'), 'operator()', 'operator@CALL@').replace('->', '@ARROW@');
 
 -- @macro _kernel_name_top_level
 -- Step 2 of kernel_short_name: what is left outside every bracket. Parenthesised groups go first, innermost
@@ -68,13 +69,14 @@ CREATE OR REPLACE MACRO _kernel_name_mangled(name) AS
 CREATE OR REPLACE MACRO kernel_short_name(name) AS
   coalesce(nullif(regexp_replace(regexp_replace(
     CASE
+      WHEN starts_with(name, '_Z') THEN _kernel_name_mangled(name)
+      WHEN NOT (contains(name, '<') OR contains(name, '(') OR contains(name, ' ')) THEN name
       WHEN regexp_matches(name, '^\s*(Memcpy|Memset)\b') THEN trim(name)
-      WHEN regexp_matches(name, '^_Z') THEN _kernel_name_mangled(name)
       ELSE replace(replace(replace(
              _kernel_name_last_word(_kernel_name_top_level(_kernel_name_spellings(name))),
              '@ANON@', '(anonymous namespace)'), '@CALL@', '()'), '@ARROW@', '->')
     END, '^:+|:+$', '', 'g'), '\s+', ' ', 'g'), ''),
-    nullif(regexp_replace(trim(name), '\s+', ' ', 'g'), ''), 'unknown');
+    nullif(trim(name), ''), 'unknown');
 
 -- @macro is_comm_kernel_name
 -- True for communication kernels. Rules, first match wins, on the name without a leading 'void ':
@@ -103,11 +105,11 @@ CREATE OR REPLACE MACRO _kernel_class_subject(name) AS
 
 -- @macro kernel_class
 -- Class of a kernel by name; the first matching rule wins (tested row by row against
--- fixtures/kernel_names/corpus.csv). Rules 3-7 read _kernel_class_subject (the base name, or the full name of a
--- launch wrapper such as 'cutlass::Kernel<...>'), case-insensitive:
+-- fixtures/kernel_names/corpus.csv). Rules 2-7 read _kernel_class_subject (the base name, or the full name of a
+-- launch wrapper such as 'cutlass::Kernel<...>'), case-insensitive unless said otherwise:
 --   1. 'communication': is_comm_kernel_name;
 --   2. 'memory': CUPTI copy/set descriptions ('Memcpy ...', 'Memset ...'), 'memcpy*'/'memset*' kernels (CUDA
---      graph copy nodes), HIP runtime copy/fill kernels ('__amd_rocclr_copy*', '__amd_rocclr_fill*');
+--      graph copy nodes), HIP runtime copy/fill kernels ('__amd_rocclr_copy*', '__amd_rocclr_fill*'), case-sensitive;
 --   3. 'compute', before the rules below read op words in their names: Inductor pointwise and reduction
 --      kernels ('triton_poi_', 'triton_red_', 'triton_per_': 'triton_poi_fused_addmm_0' is a bias add) and
 --      KV-cache writes ('reshape_and_cache*', 'concat_and_cache*': 'reshape_and_cache_flash' is not attention);
@@ -127,8 +129,8 @@ CREATE OR REPLACE MACRO _kernel_class_subject(name) AS
 CREATE OR REPLACE MACRO kernel_class(name) AS
   CASE
     WHEN is_comm_kernel_name(name) THEN 'communication'
-    WHEN regexp_matches(name, '^\s*(void )?(Memcpy|Memset|memcpy|memset)|^(hip|cuda)Mem(cpy|set)|__amd_rocclr_(copy|fill)') THEN 'memory'
     ELSE list_transform([_kernel_class_subject(name)], lambda s: CASE
+      WHEN regexp_matches(s, '^\s*(Memcpy|Memset|memcpy|memset)|^(hip|cuda)Mem(cpy|set)|__amd_rocclr_(copy|fill)') THEN 'memory'
       WHEN regexp_matches(s, '^triton_(poi|red|per)_|reshape_and_cache|concat_and_cache', 'i') THEN 'compute'
       WHEN regexp_matches(s, 'conv([^e]|$)|convolve|fprop|dgrad|wgrad|winograd|scudnn|implicit_?gemm|igemm_(fwd|bwd|wrw)',
                           'i') THEN 'convolution'
