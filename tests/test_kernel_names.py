@@ -224,3 +224,20 @@ def test_cross_source_same_short_name_and_class(tmp_path, monkeypatch):
     assert sum(a[2] != b[2] for a, b in zip(kin, nsy)) > 0  # the full names do differ between the two sources
     assert [(a[0], a[1], a[3], a[4]) for a in kin] == [(b[0], b[1], b[3], b[4]) for b in nsy]
     assert {a[3] for a in kin} >= {base_name(k) for k, _ in SAME_KERNELS}
+
+
+def test_base_names_end_in_the_nsys_short_name(con, shared_traces):
+    """nsys stores its own unqualified short name beside every demangled name: the last component of our base name
+    must be that name (checked on every kernel name of the shared nsys exports)."""
+    import sqlite3
+
+    pairs = set()
+    for p in sorted((shared_traces / "nsys").glob("*.sqlite")):
+        db = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        pairs |= set(db.execute("SELECT DISTINCT d.value, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                                "JOIN StringIds d ON d.id = k.demangledName JOIN StringIds s ON s.id = k.shortName"))
+        db.close()
+    assert pairs
+    got = con.execute("SELECT n, s, kernel_short_name(n) FROM (SELECT unnest(?) n, unnest(?) s)",
+                      [[d for d, _ in pairs], [s for _, s in pairs]]).fetchall()
+    assert [(n, s, b) for n, s, b in got if b.split("::")[-1] != s] == []
