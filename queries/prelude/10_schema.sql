@@ -215,10 +215,10 @@ CREATE TABLE IF NOT EXISTS api_calls (
 -- @column seq: Collective sequence number within its process group, when the trace records it.
 -- @column comm_id: NCCL communicator id (hash) or Kineto 'Comms Id', when known.
 -- @column n_ops: Number of API-level operations fused into this kernel (e.g. grouped send/recv), >= 1.
--- @column collective_source: Where `collective` came from: 'kernel_args', 'record_param_comms', 'launch_annotation', 'nvtx', 'kernel_name'.
--- @column size_source: Where the sizes came from: 'kernel_args', 'record_param_comms', 'input_dims', 'nvtx_payload', or NULL (unknown).
+-- @column collective_source: Where `collective` came from: 'kernel_args', 'record_param_comms', 'launch_annotation', 'nvtx' (nsys: NCCL's NVTX API ranges), 'pytorch_nvtx' (nsys: a PyTorch emit_nvtx range 'nccl:<op>' enclosing the launch), 'kernel_name'.
+-- @column size_source: Where the sizes came from: 'kernel_args', 'record_param_comms', 'input_dims', 'nvtx_payload', 'pytorch_nvtx' (nsys: emit_nvtx 'sizes' times the element size), or NULL (unknown).
 -- @column group_source: Where group_size / pg fields came from, or NULL.
--- @column peer_source: Where peer_rank came from, or NULL.
+-- @column peer_source: Where peer_rank came from: 'kernel_args', 'record_param_comms', 'nvtx_payload', or NULL.
 CREATE TABLE IF NOT EXISTS comm_ops (
   kernel_id BIGINT PRIMARY KEY,
   file_id INTEGER NOT NULL,
