@@ -243,3 +243,22 @@ def test_nccl_2_16_p2p_layout():
     sid = (1 << 24) + 9
     dec = _decoder([(sid, 0, 22, "Bytes", None), (sid, 1, 5, "Peer rank", 8)])
     assert dec.decode(1, _blob(sid, struct.pack("<Qi4x", 1 << 20, 3))) == {"msg_bytes": 1 << 20, "peer": 3}
+
+
+# ------------------------------------------------------------------------------------------ catalog
+
+
+NSYS_OBJECTS = [o for o in catalog.load_catalog() if o.path.name == "nsys_comm_ops.sql"]
+
+
+def test_nsys_sql_objects_documented_columns_are_real():
+    """The catalog lint covers the analysis areas; the same check for the private ingest objects."""
+    assert {o.name for o in NSYS_OBJECTS} == {"_nsys_pytorch_ranges", "_nsys_nccl_ranges", "_nsys_comm_ops"}
+    con = duckdb.connect()
+    catalog.install(con)
+    comm_ops = [r[0] for r in con.execute("DESCRIBE comm_ops").fetchall()]
+    for o in NSYS_OBJECTS:
+        assert o.description and o.params == {"fid": "File id."} and all(o.columns.values()), o.name
+        real = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {o.name}(1)").fetchall()]
+        assert real == list(o.columns), o.name
+    assert list(next(o for o in NSYS_OBJECTS if o.name == "_nsys_comm_ops").columns) == comm_ops

@@ -28,15 +28,23 @@ Clock (``files.clock_rule``)
     With ``TARGET_INFO_SESSION_START_TIME``: ``utcEpochNs + (t - systemClockNs)`` when ``systemClockNs`` exists
     (2026.x), else ``utcEpochNs + t``; without it raw timestamps are kept (offset 0).
 
-NCCL
+NCCL and PyTorch ranges
     NVTX ranges of domain ``NCCL`` (domain-create rows, eventType 75, per process; fallback: a domain whose
-    ranges start with ``nccl``) become ``cpu_ranges``; their extended payloads (``binaryData``, layout in the
-    nsight-systems reference §3.3: 32-byte header whose second u64 is the schema id, then the static payload) are
-    decoded with ``NVTX_PAYLOAD_SCHEMA_ENTRIES`` into ``cpu_ranges.args`` (``msg_bytes`` = NCCL's raw size field,
-    ``peer``, ``comm_id``, ``nranks``, ``rank``, ``root``, ``cuda_device``, ``redop``). ``finalize`` links every
-    communication kernel to the NCCL range (same thread) that contains its launch call (ASOF join) and fills
-    ``comm_ops``; grouped launches happen inside ``ncclGroupEnd`` and take the group's member operations (the
-    NCCL op ranges after the group's ``ncclGroupStart``; nested groups are not modelled).
+    ranges start with ``nccl``) become ``cpu_ranges``; their extended payloads (``binaryData``) are decoded by
+    ``nvtx_payload.PayloadDecoder`` into ``cpu_ranges.args`` (``msg_bytes`` = NCCL's raw size field, ``peer``,
+    ``comm_id``, ``nranks``, ``rank``, ``root``, ``cuda_device``, ``redop``); what was verified against NVTX's and
+    NCCL's headers is written down there. PyTorch's ``emit_nvtx`` ranges (default domain, ``nccl:<op>, op_id = N
+    [, sizes = [[...]]]``) are stored as they are. ``finalize`` runs ``_nsys_comm_ops`` (queries/ingest/
+    nsys_comm_ops.sql): the PyTorch range around the launch names the operation, NCCL's ranges (with nested
+    groups) give n_ops, payload sizes, communicator and peer.
+
+Bad values (nsys_values.py)
+    Refused with one line naming the file: NULL ``start``/``end`` (``end`` may be NULL for NVTX ranges),
+    ``globalPid``/``globalTid`` or ``deviceId``; non-integer timestamps or ids; TEXT in
+    TARGET_INFO_SESSION_START_TIME; a clock offset or shifted timestamp outside int64; device ids outside 0..65535.
+    Stored with an ingest note: rows with ``end < start`` are left out (``negative_durations``); kernels without
+    ``demangledName`` take their ``shortName`` (``kernel_short_names``), without any name they are ``unknown``
+    (``unnamed_kernels``).
 """
 
 from __future__ import annotations
