@@ -156,8 +156,8 @@ def ingest(
     lock_timeout: LockOpt = 60.0,
     max_decompressed_gb: Annotated[Optional[float], typer.Option(
         "--max-decompressed-gb", metavar="G", min=0.0, show_default=False,
-        help="Refuse a gzip trace that expands beyond G GiB (default: 100 × its compressed size, at least 1 GiB, "
-             "at most 64 GiB).")] = None,
+        help="Refuse a gzip trace that expands beyond G GiB (default: once it expands beyond 64 MiB and 100 × "
+             "the compressed bytes read so far, or beyond 64 GiB).")] = None,
     max_event_mb: Annotated[float, typer.Option(
         "--max-event-mb", metavar="M", min=0.0,
         help="Refuse a Kineto trace holding one event (or a gap between events) larger than M MiB.")]

@@ -47,7 +47,8 @@ def _read_all(path: Path, **extra) -> dict[str, int]:
 
 
 def _refused(path: Path, flag: str, **extra) -> tuple[str, float, int]:
-    """Read the file; it must be refused with a one-line error naming it and the flag. (message, s, peak bytes)"""
+    """Read the file; it must be refused with a one-line error naming it and the flag (one of ``flag.split("|")``).
+    Returns (message, seconds, peak traced bytes)."""
     tracemalloc.start()
     t0 = time.perf_counter()
     try:
@@ -58,7 +59,7 @@ def _refused(path: Path, flag: str, **extra) -> tuple[str, float, int]:
     finally:
         tracemalloc.stop()
     line = ei.value.line()
-    assert str(path) in line and flag in line and "\n" not in line
+    assert str(path) in line and any(f in line for f in flag.split("|")) and "\n" not in line
     return line, took, peak
 
 
@@ -66,10 +67,13 @@ def test_whitespace_bomb_inside_trace_events(tmp_path):
     # 4 GiB of whitespace between two events, 4 MB on disk: refused at the event limit, not after 4 GiB
     p = _bomb(tmp_path / "ws.json.gz", HEAD, b" " * (8 * MB), 512, TAIL)
     assert p.stat().st_size < 8 * MB
-    line, took, peak = _refused(p, "--max-event-mb")
+    line, took, peak = _refused(p, "--max-event-mb|--max-decompressed-gb")  # the default limits
     assert took < 30 and peak < 400 * MB, (took, peak)
-    # a low limit through the option: refused sooner, memory bounded by the limit, not by the gap
-    line, took, peak = _refused(p, "--max-event-mb", max_event_bytes=2 * MB)
+    # the event limit alone (decompression allowed): memory bounded by the limit, not by the gap
+    big = {"max_decompressed_bytes": 1 << 40}
+    line, took, peak = _refused(p, "--max-event-mb", **big)
+    assert "64 MB" in line and took < 30 and peak < 400 * MB, (took, peak)
+    line, took, peak = _refused(p, "--max-event-mb", max_event_bytes=2 * MB, **big)
     assert "2 MB" in line and peak < 120 * MB, peak
 
 
@@ -93,6 +97,17 @@ def test_decompressed_size_limit(tmp_path):
     # under the limit it is read completely: every event becomes a kernel row
     rows = _read_all(p, max_decompressed_bytes=2 * expanded)
     assert rows["kernels"] == 5000 * 40
+
+
+def test_default_limit_refuses_a_bomb_early(tmp_path):
+    # 2 GiB from 2 MB, events every 8 MiB (under the event limit): refused by the default ratio rule soon after
+    # GZIP_FLOOR_BYTES, long before its end
+    gap = b" " * (8 * MB) + b", " + HEAD[HEAD.index(b"[") + 1:].rstrip(b", ")
+    p = _bomb(tmp_path / "ratio.json.gz", HEAD.rstrip(b", "), gap, 256, b"]}")
+    assert p.stat().st_size < 4 * MB
+    line, took, peak = _refused(p, "--max-decompressed-gb")
+    assert "compressed bytes read" in line
+    assert took < 30 and peak < 400 * MB, (took, peak)
 
 
 def test_default_decompression_rule():

@@ -37,9 +37,10 @@ _ERR_POS = re.compile(r"byte (\d+)")
 
 HINT_TRUNCATED = "the file is cut short: re-export the trace or copy it again"
 
-# decompressed-size guard for gzip traces: real Kineto traces expand 13-17x; a bomb expands 1000x
+# decompressed-size guard for gzip traces: real Kineto traces expand 13-17x; a bomb expands 1000x. The ratio is
+# checked against the compressed bytes read so far, so a bomb is refused after GZIP_FLOOR_BYTES, not at its end.
 GZIP_RATIO = 100
-GZIP_FLOOR_BYTES = 1 << 30
+GZIP_FLOOR_BYTES = 64 << 20
 GZIP_CEILING_BYTES = 64 << 30
 MAX_EVENT_BYTES = 64 << 20
 
@@ -49,8 +50,8 @@ class Limits:
     """Limits that stop hostile or broken traces (README "Limits"); ``ReadOptions.extra`` keys of the same names
     (set by ``ingest --max-decompressed-gb`` / ``--max-event-mb``) raise them.
 
-    max_decompressed_bytes: a gzip trace expanding beyond this is refused; None: max(GZIP_FLOOR_BYTES,
-    GZIP_RATIO x its compressed size), at most GZIP_CEILING_BYTES.
+    max_decompressed_bytes: a gzip trace expanding beyond this is refused; None: refused once its output exceeds
+    max(GZIP_FLOOR_BYTES, GZIP_RATIO x the compressed bytes read so far), or GZIP_CEILING_BYTES.
     max_event_bytes: the most bytes held without an event boundary (one event, or whitespace between events).
     """
 
@@ -64,6 +65,7 @@ class Limits:
         return cls(None if dec is None else int(dec), MAX_EVENT_BYTES if ev is None else int(ev))
 
     def decompressed_cap(self, compressed_bytes: int) -> int:
+        """Most decompressed bytes allowed after reading ``compressed_bytes`` of the gzip file."""
         if self.max_decompressed_bytes is not None:
             return self.max_decompressed_bytes
         return min(GZIP_CEILING_BYTES, max(GZIP_FLOOR_BYTES, GZIP_RATIO * compressed_bytes))
@@ -269,24 +271,26 @@ class _Source:
 
     def __init__(self, path: Path, limits: "Limits"):
         self.path = path
-        self.f = open_stream(path)
-        self.gzip = isinstance(self.f, gzip.GzipFile)
-        self.cap = limits.decompressed_cap(path.stat().st_size) if self.gzip else None
+        self.raw = open(path, "rb")
+        self.gzip = self.raw.read(2) == b"\x1f\x8b"
+        self.raw.seek(0)
+        self.f = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzip else self.raw
         self.limits = limits
         self.total = 0
 
     def read(self, n: int) -> bytes:
         data = _read(self.f, n, self.path)
         self.total += len(data)
-        if self.cap is not None and self.total > self.cap:
-            raise InputError(f"expands to more than {self.cap / (1 << 30):.3g} GiB when decompressed "
-                             f"(over {self.total // max(1, self.path.stat().st_size)}× its compressed size)",
+        if self.gzip and self.total > (cap := self.limits.decompressed_cap(self.raw.tell())):
+            raise InputError(f"expands to more than {cap >> 20:,} MiB when decompressed "
+                             f"({self.total // max(1, self.raw.tell())}× the compressed bytes read)",
                              path=str(self.path),
                              hint="if the trace is genuine, raise the limit with --max-decompressed-gb")
         return data
 
     def close(self) -> None:
         self.f.close()
+        self.raw.close()
 
 
 def iter_raw(path: Path, block: int = BLOCK, limits: "Limits | None" = None) -> Iterator[tuple[str, object]]:
