@@ -20,10 +20,8 @@ from typing import Any, Callable, Iterable, Sequence
 import polars as pl
 
 from . import catalog
-from .db import connect
+from .db import DUCKDB_MAGIC, connect, seal_read_only
 from .errors import InputError, UsageError
-
-DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
 
 # Statement types that only read. Anything else needs write=True (the CLI's --write).
 _READ_ONLY_TYPES = {"SELECT", "EXPLAIN", "PRAGMA", "CALL", "PREPARE", "EXECUTE", "VARIABLE_SET", "SET",
@@ -191,6 +189,8 @@ class Job:
         try:
             results = _ingest(con, [str(p) for p in paths], rank=rank, keep_going=keep_going, jobs=jobs,
                               on_file=on_file, progress=progress, read_extra=read_extra)
+            if read_only and db is None:
+                seal_read_only(con)  # a one-off job on traces reads like a database opened read-only
         except BaseException:
             con.close()
             raise

@@ -1,4 +1,11 @@
-"""Opening job databases: schema install, read-only sessions, and the writer lock."""
+"""Opening job databases: path checks, schema install, read-only sessions that cannot touch other files, and the
+writer lock.
+
+A read-only session (``connect(path)``) reads its own database and nothing else: DuckDB's
+``enable_external_access`` is off with the database's own files as ``allowed_paths`` (so no COPY TO, EXPORT,
+ATTACH, file or URL readers, secrets, INSTALL or LOAD), extension autoload and autoinstall are off, and
+``lock_configuration`` stops SQL from turning any of it back on or pointing profiling or query logs at a file.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,10 @@ from . import analysis, catalog
 from .errors import InputError
 
 SCHEMA_VERSION = 1  # bump when the canonical tables change incompatibly
+DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
+# never fetch or load an extension behind the user's back (must be set before the database starts)
+_NO_EXTENSIONS = {"autoload_known_extensions": False, "autoinstall_known_extensions": False}
+_INGEST_IT = "to ingest it: nsys2comm ingest FILE --db run.duckdb"
 
 
 def _install_temp_objects(con: duckdb.DuckDBPyConnection) -> None:
@@ -30,20 +41,72 @@ def _check_is_job_db(con: duckdb.DuckDBPyConnection, path: str) -> None:
                          hint="give a new --db path, or a database created by 'nsys2comm ingest'")
 
 
+def _what_is(head: bytes) -> str:
+    if not head:
+        return "is empty, not a DuckDB database"
+    if head.startswith(b"SQLite format 3\x00"):
+        return f"is an SQLite file, not a DuckDB database ({_INGEST_IT} if it is an nsys export)"
+    if head[:2] == b"\x1f\x8b":
+        return f"is a gzip file, not a DuckDB database ({_INGEST_IT} if it is a Kineto trace)"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return f"is a JSON file, not a DuckDB database ({_INGEST_IT} if it is a Kineto trace)"
+    return "is not a DuckDB database"
+
+
+def check_db_path(path: str | Path, *, write: bool) -> None:
+    """A job database is a DuckDB file or, for a writer, a new path; anything else is refused before DuckDB opens
+    it (DuckDB opens an existing JSON or CSV file as an empty in-memory database, and autoloads the sqlite
+    extension for an SQLite file)."""
+    p = Path(path)
+    if not p.exists():
+        if write:
+            return
+        raise InputError("no such database", path=str(p), hint="create it with 'nsys2comm ingest TRACES --db PATH'")
+    if p.is_dir():
+        raise InputError("is a directory, not a DuckDB database", path=str(p),
+                         hint="give a .duckdb file made by 'nsys2comm ingest', or a new path")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise InputError(f"cannot read ({e.strerror})", path=str(p), hint="check the path and permissions") from None
+    if len(head) >= 12 and head[8:12] == DUCKDB_MAGIC:
+        return
+    raise InputError(_what_is(head), path=str(p),
+                     hint="give a job database made by 'nsys2comm ingest', or a new path; the file was not changed")
+
+
+def seal_read_only(con: duckdb.DuckDBPyConnection, allowed_paths: list[str] | tuple[str, ...] = ()) -> None:
+    """No file or network access beyond ``allowed_paths`` and no extension loading, for the rest of this
+    database instance's life (the settings are global to the instance, and locked)."""
+    if con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
+        # another connection of this process sealed the same instance already
+        if con.execute("SELECT current_setting('enable_external_access')").fetchall()[0][0]:
+            raise InputError("the database's configuration is locked with file access on",
+                             hint="open it in a process that has not opened it otherwise")
+        return
+    if allowed_paths:
+        con.execute("SET allowed_paths = ?", [list(allowed_paths)])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET lock_configuration = true")
+
+
 def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout_s: float = 60.0,
             memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
-    """Open a job database. ``path=None`` gives an in-memory job.
+    """Open a job database. ``path=None`` gives an in-memory job (writable; seal it with ``seal_read_only``).
 
-    Writers wait up to ``lock_timeout_s`` for another process holding the file, then fail with a clear message.
+    Read-only sessions are sealed (module docstring). Writers wait up to ``lock_timeout_s`` for another process
+    holding the file, then fail with a one-line error naming the database.
     """
-    config = {"memory_limit": memory_limit} if memory_limit else {}
+    config = dict(_NO_EXTENSIONS, **({"memory_limit": memory_limit} if memory_limit else {}))
     if path is None:
         con = duckdb.connect(":memory:", config=config)
         catalog.install(con)
         return con
     path = str(path)
-    if not write and not Path(path).exists():
-        raise InputError("no such database", path=path, hint="create it with 'nsys2comm ingest TRACES --db PATH'")
+    check_db_path(path, write=write)
     deadline = time.monotonic() + lock_timeout_s
     while True:
         try:
@@ -56,17 +119,22 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
                                  hint="give the path of a job database created by 'nsys2comm ingest'") from None
             if time.monotonic() >= deadline:
                 raise InputError("database is locked by another nsys2comm/duckdb process", path=path,
-                                 hint=f"waited {lock_timeout_s:.0f} s; retry when it finishes or raise --lock-timeout") from None
+                                 hint=f"waited {lock_timeout_s:g} s; retry when it finishes or raise --lock-timeout"
+                                 ) from None
             time.sleep(0.2)
-    _check_is_job_db(con, path)
-    if write:
-        catalog.install(con)
-        analysis.use_cache(con)
-        return con
-    else:
-        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'files'").fetchone()[0]:
+    try:
+        _check_is_job_db(con, path)
+        if write:
+            catalog.install(con)  # helpers stay live: a writer never reads the stored sweeps
+            return con
+        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'files'").fetchall()[0][0]:
             raise InputError("database has no nsys2comm tables", path=path,
                              hint="create it with 'nsys2comm ingest TRACES --db PATH'")
+        own = str(Path(path).resolve())
+        seal_read_only(con, [own, own + ".wal"])
         _install_temp_objects(con)
         analysis.use_cache(con)
+    except BaseException:
+        con.close()
+        raise
     return con

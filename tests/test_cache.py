@@ -1,48 +1,189 @@
-"""Ingest stores the shared sweeps; later sessions use them only while they match the ingested files."""
+"""The stored sweeps (_cache_* tables): used by read-only sessions only while their content key matches the data;
+never read by a writable session; refreshed by ingest and 'sql --write'; repaired after a killed ingest."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import duckdb
+import pytest
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
 from nsys2comm import analysis, db
 from nsys2comm.ingest import ingest
 
-
-def _frames(con):
-    return {n: analysis.run_query(con, n).sort(analysis.run_query(con, n).columns)
-            for n in ("overlap_by_rank", "time_breakdown_by_rank", "comm_kernels")}
+HTA_2RANK = Path("/work/shared/traces/kineto/hta_trace_filter_2rank")
+NAMES = ("overlap_by_rank", "time_breakdown_by_rank", "comm_kernels", "collective_skew")
 
 
-def test_cache_matches_live_and_follows_ingests(tmp_path: Path):
-    files = write_kineto(make_run(world_size=4, steps=2), tmp_path / "t", style="new")
-    path = tmp_path / "job.duckdb"
+def _frames(con) -> dict:
+    return {n: analysis.run_query(con, n) for n in NAMES}
+
+
+def _uses_cache(con) -> bool:
+    return con.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = '_gpu_timeline' "
+                       "AND sql LIKE '%_cache_gpu_timeline%'").fetchall()[0][0] == 1
+
+
+def _live(path: Path) -> dict:
+    """The same rows in memory, no cache: the reference."""
+    con = db.connect(None)
+    con.execute("ATTACH ? AS src (READ_ONLY)", [str(path)])
+    for t in ("files", "ranks", "devices", "kernels", "mem_ops", "cpu_ranges", "api_calls", "comm_ops"):
+        con.execute(f"INSERT INTO main.{t} SELECT * FROM src.{t}")
+    con.execute("DETACH src")
+    out = _frames(con)
+    con.close()
+    return out
+
+
+def _same(a: dict, b: dict) -> None:
+    for name in NAMES:
+        assert a[name].equals(b[name]), f"{name}\n{a[name]}\nvs\n{b[name]}"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> list[Path]:
+    return write_kineto(make_run(world_size=3, steps=2), tmp_path_factory.mktemp("c"), style="new")
+
+
+def _ingest(path: Path, files) -> None:
     con = db.connect(path, write=True)
-    ingest(con, files[:2], jobs=1)
+    ingest(con, files, jobs=1)
     con.close()
 
-    ro = db.connect(path)
-    cached = _frames(ro)
-    assert ro.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = '_gpu_timeline' "
-                      "AND sql LIKE '%_cache_gpu_timeline%'").fetchall()[0][0] == 1
-    analysis.unmaterialize(ro)  # drops snapshots, falls back to the stored cache
-    ro.execute("DROP VIEW temp._gpu_timeline")
-    ro.execute("DROP VIEW temp._comm_kernel_overlap")
-    for obj in ("_gpu_timeline", "_comm_kernel_overlap"):  # recreate the live helpers
-        from nsys2comm import catalog
 
-        ro.execute(catalog.find(obj).sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
-    live = _frames(ro)
-    for name in cached:
-        assert cached[name].equals(live[name]), name
+def test_incremental_ingest_refreshes_and_readers_use_it(tmp_path, files):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files[:1])
+    _ingest(path, files[1:])
+    ro = db.connect(path)
+    assert _uses_cache(ro)
+    _same(_frames(ro), _live(path))
+    assert analysis.run_query(ro, "overlap_by_rank")["rank"].to_list() == [0, 1, 2]
     ro.close()
 
-    # a later ingest refreshes the cache; a stale cache is never used
-    con = db.connect(path, write=True)
-    ingest(con, files[2:], jobs=1)
-    ranks = analysis.run_query(con, "overlap_by_rank")["rank"].to_list()
-    assert ranks == [0, 1, 2, 3]
-    con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source) VALUES (99, 'x', 'y', 0, 'kineto')")
-    assert analysis.use_cache(con) is False  # files changed behind its back: the live views stay
+
+def test_writable_session_never_reads_the_cache(tmp_path, files):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    rw = db.connect(path, write=True)
+    assert not analysis.use_cache(rw) and not _uses_cache(rw)
+    rw.execute("DELETE FROM kernels WHERE kernel_class = 'gemm'")
+    assert analysis.run_query(rw, "overlap_by_rank")["gemm_ns"].to_list() == [0, 0, 0]
+    rw.close()
+
+
+def test_plain_duckdb_edit_makes_the_cache_unused(tmp_path, files):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    con = duckdb.connect(str(path))  # knows nothing about the cache
+    con.execute("UPDATE kernels SET end_ns = end_ns + 5000 WHERE kernel_class = 'communication'")
     con.close()
+    ro = db.connect(path)
+    assert not _uses_cache(ro)
+    _same(_frames(ro), _live(path))
+    ro.close()
+
+
+def test_sql_write_refreshes_the_cache(tmp_path, files):
+    from typer.testing import CliRunner
+
+    from nsys2comm.cli import app
+
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    res = CliRunner().invoke(app, ["sql", str(path), "--write", "DELETE FROM kernels WHERE kernel_class='gemm'"])
+    assert res.exit_code == 0, res.output
+    ro = db.connect(path)
+    assert _uses_cache(ro)
+    assert analysis.run_query(ro, "overlap_by_rank")["gemm_ns"].to_list() == [0, 0, 0]
+    _same(_frames(ro), _live(path))
+    ro.close()
+
+
+def test_killed_ingest_leaves_no_stale_numbers_and_the_next_ingest_repairs(tmp_path, files, monkeypatch):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files[:1])
+
+    def killed(con):
+        raise KeyboardInterrupt  # the process died after the file's transaction, before the refresh
+
+    monkeypatch.setattr(analysis, "refresh_cache", killed)
+    con = db.connect(path, write=True)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(con, files[1:], jobs=1)
+    con.close()
+    monkeypatch.undo()
+    ro = db.connect(path)
+    assert not _uses_cache(ro)
+    _same(_frames(ro), _live(path))
+    ro.close()
+    _ingest(path, files)  # every file skipped: the refresh still runs
+    ro = db.connect(path)
+    assert _uses_cache(ro)
+    _same(_frames(ro), _live(path))
+    ro.close()
+
+
+def test_new_catalog_sql_invalidates(tmp_path, files, monkeypatch):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    monkeypatch.setattr(analysis, "_catalog_digest", lambda: "another-version")
+    ro = db.connect(path)
+    assert not _uses_cache(ro)
+    ro.close()
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "nsys2comm", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+
+
+def test_two_writers_wait_and_leave_nothing_stale(tmp_path, files):
+    path = tmp_path / "job.duckdb"
+    procs = [subprocess.Popen([sys.executable, "-m", "nsys2comm", "ingest", str(f), "--db", str(path), "-q",
+                               "--lock-timeout", "300"], stderr=subprocess.PIPE, text=True) for f in files]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    ro = db.connect(path)
+    assert ro.execute("SELECT count(*) FROM files").fetchall()[0][0] == 3
+    _same(_frames(ro), _live(path))
+    ro.close()
+
+
+def test_second_writer_times_out_with_one_line(tmp_path, files):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files[:1])
+    holder = db.connect(path, write=True)
+    try:
+        t = time.monotonic()
+        res = _cli("ingest", str(files[1]), "--db", str(path), "--lock-timeout", "1")
+        assert res.returncode == 1
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(path) in lines[0] and "locked" in lines[0], res.stderr
+        assert time.monotonic() - t < 120
+    finally:
+        holder.close()
+
+
+@pytest.mark.skipif(not HTA_2RANK.is_dir(), reason="shared traces not mounted")
+def test_issue_commands_two_calls_equal_one(tmp_path):
+    """The issue's reproduction: rank files ingested one call each give the numbers of one call."""
+    r0, r1 = HTA_2RANK / "sampled_rank-0.json.gz", HTA_2RANK / "sampled_rank-1.json.gz"
+    two, one = tmp_path / "two.duckdb", tmp_path / "one.duckdb"
+    _ingest(two, [r0])
+    _ingest(two, [r1])
+    _ingest(one, [r0, r1])
+    a, b = db.connect(two), db.connect(one)
+    for name in ("overlap_by_rank", "time_breakdown_by_rank"):
+        assert analysis.run_query(a, name).equals(analysis.run_query(b, name)), name
+    busy = analysis.run_query(a, "overlap_by_rank")["busy_ns"].to_list()
+    assert all(v and v > 0 for v in busy), busy
+    a.close()
+    b.close()

@@ -192,18 +192,20 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, keep_go
         ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank", [fid]).fetchall()]
         done(FileResult(str(path), "ingested", "", fid, ranks))
 
-    terminated = False
+    completed = terminated = False
     try:
         _write_all(con, todo, options, jobs, record, fail, progress)
+        completed = True
     except (SystemExit, KeyboardInterrupt):
         terminated = True  # a signal: leave at once; sessions compute what the cache would hold
         raise
     finally:
-        if not terminated and any(r.status == "ingested" for r in results):
-            from ..analysis import refresh_cache, use_cache
+        if not terminated and (completed or any(r.status == "ingested" for r in results)):
+            from ..analysis import refresh_cache
 
-            refresh_cache(con)  # the shared sweeps, once per ingest rather than once per later session
-            use_cache(con)
+            # the shared sweeps, once per ingest rather than once per later session; a no-op while they match
+            # the data, and a repair after a killed ingest or an outside edit
+            refresh_cache(con)
     return results
 
 
