@@ -398,9 +398,27 @@ def sql(
             text = sys.stdin.read()
         job = _open([source], write=write, lock_timeout=lock_timeout)
         df = job.sql(text, write=write)
+        if write:
+            _refresh_after_write(job)
         if df.width:
             out_.write_rows(df, fmt=fmt, out=output)
         job.close()
+
+
+def _refresh_after_write(job: Job) -> None:
+    """Recompute the stored sweeps after --write edits (a no-op when the data did not change). A cache that
+    cannot be refreshed is dropped; either way no later session reads sweeps of the old data."""
+    import duckdb
+
+    from .analysis import drop_cache, refresh_cache
+
+    try:
+        refresh_cache(settle(job.con))
+    except duckdb.Error:
+        try:
+            drop_cache(job.con)
+        except duckdb.Error:
+            pass  # the content key still keeps readers off it
 
 
 # ---------------------------------------------------------------------------------------------------------------
