@@ -230,6 +230,10 @@ def _empty_db() -> duckdb.DuckDBPyConnection:
     return _DB[0]
 
 
+def _sql(v) -> str:
+    return "NULL" if v is None else str(v)
+
+
 def build_db(ranks: list[dict]) -> tuple[duckdb.DuckDBPyConnection, dict[int, list[dict]]]:
     """One file per rank. A rank: {'raw': file-clock origin (ns), 'off': clock_offset_ns, 'int': whole-µs file,
     'gpu': [(table, name, start, end, corr)], 'api': [(start, corr)], 'ranges': [(name, kind, start, end)]} with
@@ -246,13 +250,13 @@ def build_db(ranks: list[dict]) -> tuple[duckdb.DuckDBPyConnection, dict[int, li
         for table, name, s, e, corr in spec["gpu"]:
             if table == "kernels":
                 kid += 1
-                kern.append(f"({kid}, {fid}, {r}, 0, 7, {off + raw + s}, {off + raw + e}, '{name}', '', {corr}, '')")
+                kern.append(f"({kid}, {fid}, {r}, 0, 7, {off + raw + s}, {off + raw + e}, '{name}', '', {_sql(corr)}, '')")
             else:
                 mid += 1
-                mem.append(f"({mid}, {fid}, {r}, 0, 7, {off + raw + s}, {off + raw + e}, 'memcpy', 'DtoD', 1, '{name}', {corr})")
+                mem.append(f"({mid}, {fid}, {r}, 0, 7, {off + raw + s}, {off + raw + e}, 'memcpy', 'DtoD', 1, '{name}', {_sql(corr)})")
             ev.append({"ph": "X", "cat": "kernel" if table == "kernels" else "gpu_memcpy", "name": name,
                        "ts": _json_number(raw + s, as_int), "dur": _json_number(e - s, as_int),
-                       "args": {"stream": 7, "correlation": corr}})
+                       "args": {"stream": 7} if corr is None else {"stream": 7, "correlation": corr}})
         for s, corr in spec["api"]:
             aid += 1
             api.append(f"({aid}, {fid}, {r}, 1, 1, {off + raw + s}, {off + raw + s + 1000}, 'cudaLaunchKernel', {corr}, 'runtime')")
@@ -334,7 +338,9 @@ def test_times_are_float64_us_like_hta():
 def test_last_profiler_step_rule():
     # Job-wide step names: rank 0 has only ProfilerStep#1, rank 1 has #2, so HTA filters both ranks. The cut is
     # the last step start ceiled to µs (a GPU annotation counts); a launch in the same µs before it is dropped.
-    k = [("kernels", COMM, 5000, 9000, 1), ("kernels", COMP, 6000, 8000, 2), ("kernels", COMM, 12000, 15000, 3)]
+    # GPU work without a correlation id is an HTA "CPU operator": kept when it starts before the cut.
+    k = [("kernels", COMM, 5000, 9000, 1), ("kernels", COMP, 6000, 8000, 2), ("kernels", COMM, 12000, 15000, 3),
+         ("kernels", COMP, 7000, 10000, None), ("kernels", COMP, 21500, 23000, None)]
     r0 = _rank(k, api=[(4000, 1), (4500, 2), (20100, 3)],
                ranges=[("ProfilerStep#1", "user_annotation", 0, 19000),
                        ("ProfilerStep#1", "gpu_user_annotation", 20500, 30000)])
@@ -345,6 +351,7 @@ def test_last_profiler_step_rule():
     compare(con, ev)
     got = analysis.run_query(con, "overlap_by_rank", {"compat": "hta"})
     assert got["comm_ns"].to_list() == [4000, 7000, 0] and got["comm_overlap_pct"][2] is None
+    assert got["comm_overlapped_ns"].to_list() == [3000, 3000, 0]  # [6, 9]: the kernel without correlation counts
 
 
 _t = st.one_of(st.integers(0, 12_000), st.integers(0, 60).map(lambda x: x * 100))  # clustered: ties after rounding
@@ -365,7 +372,8 @@ _rank_spec = st.fixed_dictionaries({
 def _materialize(spec) -> dict:
     """A whole-µs file gets every time in µs (integer ts in its JSON: HTA does not round); others get ns."""
     u = 1000 if spec["int"] else 1
-    gpu = [(t, name, s * u, (s + d) * u, i + 1) for i, (t, name, s, d) in enumerate(spec["gpu"])]
+    gpu = [(t, name, s * u, (s + d) * u, None if i % 7 == 6 else i + 1)  # some GPU work has no correlation id
+           for i, (t, name, s, d) in enumerate(spec["gpu"])]
     api = [(s * u, i + 1) for i, s in spec["api"]]  # correlation i + 1: the i-th GPU item, if any; repeats allowed
     steps = [(name, kind, s * u, (s + 5000) * u) for name, kind, s in spec["steps"]]
     return _rank(gpu, api, steps, raw=spec["raw"] // u * u, off=10**15, as_int=spec["int"])

@@ -61,7 +61,8 @@ CREATE OR REPLACE MACRO _hta_us(ns) AS
 --   when the job has >= 2 distinct names containing 'ProfilerStep' (all ranks together), GPU work is kept only
 --   when its correlation id matches a runtime/driver call of its rank starting (ceil µs) before the rank's last
 --   ProfilerStep start (ceil µs, over every range whose name contains 'ProfilerStep', GPU annotations included),
---   once per matching call (mult); a rank with no such range keeps nothing.
+--   once per matching call (mult), or, without a correlation id, when it starts (ceil µs) before that cut itself;
+--   a rank with no such range keeps nothing.
 -- Unordered (a private feed of the sweep; sorting it here would cost a full extra sort).
 -- @param compat: 'none' or 'hta'.
 -- @column rank: Rank.
@@ -97,10 +98,13 @@ WITH raw AS (
               WHEN regexp_matches(r.name, '^(Memcpy|Memset|dma)')
                 OR regexp_matches(r.name, '^((nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync))') THEN 3
               WHEN r.kernel_class = 'gemm' THEN 1 ELSE 2 END AS cls,
-         CASE WHEN (SELECT on_ FROM filtering) THEN k.mult ELSE 1 END AS mult
+         CASE WHEN (SELECT on_ FROM filtering) THEN coalesce(k.mult, 1) ELSE 1 END AS mult
   FROM raw r LEFT JOIN files f USING (file_id)
   LEFT JOIN kept_corr k ON k.rank = r.rank AND k.correlation_id = r.correlation_id
-  WHERE compat = 'hta' AND (NOT (SELECT on_ FROM filtering) OR k.mult IS NOT NULL)
+  LEFT JOIN last_step l ON l.rank = r.rank AND r.correlation_id IS NULL
+  WHERE compat = 'hta' AND (NOT (SELECT on_ FROM filtering) OR k.mult IS NOT NULL
+        -- without a correlation id HTA files GPU work among the CPU events: kept when it starts before the cut
+        OR ceil(_hta_us(r.start_ns - coalesce(f.clock_offset_ns, 0))) < l.last_us)
 )
 SELECT rank, start_ns, end_ns,
        CASE kernel_class WHEN 'communication' THEN 0 WHEN 'gemm' THEN 1 WHEN 'memory' THEN 3 ELSE 2 END AS cls,
