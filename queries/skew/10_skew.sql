@@ -145,7 +145,7 @@ FROM _comm_keys c LEFT JOIN off USING (rank);
 -- @column kind: 'collective' or 'p2p'.
 -- @column collective: Collective (the most common name across ranks); 'p2p' for a matched send/recv pair.
 -- @column pg_name: Group, when known.
--- @column seq: Sequence number, when known.
+-- @column seq: Sequence number, when known (the lowest across ranks: a p2p pair's send and recv number apart).
 -- @column msg_bytes: Largest size S reported across ranks (bytes), when known.
 -- @column group_size: Group size when known, else the ranks that ran it (2 for p2p).
 -- @column src_rank: p2p: sending rank.
@@ -164,7 +164,7 @@ FROM _comm_keys c LEFT JOIN off USING (rank);
 CREATE OR REPLACE VIEW _comm_instances AS
 WITH g AS (
   SELECT instance_key, any_value(match_rule) AS match_rule, mode(collective) AS collective,
-         any_value(pg_name) AS pg_name, any_value(seq) AS seq, max(msg_bytes) AS msg_bytes,
+         any_value(pg_name) AS pg_name, min(seq) AS seq, max(msg_bytes) AS msg_bytes,
          max(group_size) AS group_size, any_value(src_rank) AS src_rank, any_value(dst_rank) AS dst_rank,
          count(DISTINCT rank) AS ranks_seen, count(*) FILTER (WHERE collective = 'recv') AS recvs,
          count(*) FILTER (WHERE collective = 'send') AS sends,
