@@ -258,8 +258,11 @@ def summary(
     min_overlap_pct: Annotated[Optional[float], typer.Option(
         metavar="X", help="Exit 3 if less than X % of communication time overlaps compute.", show_default=False)] = None,
     max_small_p2p_pct: Annotated[Optional[float], typer.Option(
-        metavar="X", help="Exit 3 if small messages (<= 64 KiB) take more than X % of point-to-point time.",
-        show_default=False)] = None,
+        metavar="X", help="Exit 3 if p2p messages below n½ (64 KiB without a fit) take more than X % of "
+        "p2p transfer time.", show_default=False)] = None,
+    max_latency_bound_pct: Annotated[Optional[float], typer.Option(
+        metavar="X", help="Exit 3 if latency-bound operations (below n½ of their α-β fit) take more than X % of "
+        "communication transfer time.", show_default=False)] = None,
     max_skew_ms: Annotated[Optional[float], typer.Option(
         metavar="X", help="Exit 3 if ranks start one collective more than X ms apart.", show_default=False)] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 3 also when a threshold could not be evaluated "
@@ -283,7 +286,8 @@ def summary(
     from .summary import check_thresholds, empty_summary, format_summary
 
     limits = dict(max_exposed_comm_pct=max_exposed_comm_pct, min_overlap_pct=min_overlap_pct,
-                  max_small_p2p_pct=max_small_p2p_pct, max_skew_ms=max_skew_ms)
+                  max_small_p2p_pct=max_small_p2p_pct, max_latency_bound_pct=max_latency_bound_pct,
+                  max_skew_ms=max_skew_ms)
     with _errors():
         try:
             job = _open(sources)

@@ -21,9 +21,17 @@ exposed_comm_pct           exposed_comm_ns / gpu_busy_ns × 100
 worst_rank_exposed_comm_pct  the highest per-rank exposed_comm_pct, with ``worst_rank``
 worst_collective           {collective, msg_bytes, msg_bytes_hi, group_size, count, total_ns, busbw_gbps, algbw_gbps}:
                            the collective and message-size bucket [msg_bytes, msg_bytes_hi) taking the most time
-p2p                        {small_msg_share_pct, small_alpha_pct, small_msg_bytes, alpha_us, beta_gbps, r2, n_ops,
-                           small_ops}: share of p2p kernel time in messages <= small_msg_bytes (64 KiB), the part
-                           of it the fitted latency α explains, and the fit t = α + bytes/β
+p2p                        {small_msg_share_pct, small_msg_bytes, threshold_rule, alpha_us, beta_gbps, n_half_bytes,
+                           fit_quality, n_ops, small_ops}: matched send/recv (latency_model row 'p2p'): share of
+                           p2p transfer time in messages below small_msg_bytes (n½ = α·β of the fit, or 64 KiB when
+                           threshold_rule is 'fallback_64KiB'), and the fit transfer = α + bytes/β
+latency_bound_pct          share of sized communication transfer time (waiting excluded) in operations below n½ of
+                           their (collective, group size) model, % (latency_bound_total)
+coalescing_saving_ms       transfer time saved if latency-bound operations were sent as operations of size n½
+                           (α-β model), ms
+latency_models             [{collective, group_size, instances, alpha_us, beta_gbps, n_half_bytes, fit_quality,
+                           latency_bound_pct, coalescing_saving_ms}] one per (collective, group size), 'p2p' for
+                           matched send/recv (latency_model)
 max_skew_ms                largest start skew of one collective instance across its ranks, ms
 stragglers                 [{rank, times_last, wait_ns}] up to 3 likeliest stragglers (rank_wait's TraceLens
                            order: least total wait first), only ranks that arrived last at least once
@@ -54,16 +62,17 @@ SCHEMA_VERSION = 1
 # module looks for are the likely spellings (first match wins). Settle them here once the SQL lands.
 OVERLAP = "overlap_by_rank"
 BANDWIDTH = "collective_bandwidth"
-P2P = "p2p_latency_model"
+LATENCY = "latency_model"
+LATENCY_TOTAL = "latency_bound_total"
 WAIT = "rank_wait"
 SKEW = "collective_skew"
 BREAKDOWN = "time_breakdown_by_rank"
-SMALL_BYTES = 65536  # "small" point-to-point message: below 64 KiB (latency-bound), as in the report
 DIAGNOSTICS = "diagnostics"
 
 SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "sources", "gpu_busy_ns", "comm_ns",
                 "comm_share_pct", "overlap_pct", "exposed_comm_ns", "exposed_comm_pct", "worst_rank",
-                "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "max_skew_ms", "stragglers", "missing",
+                "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "latency_bound_pct",
+                "coalescing_saving_ms", "latency_models", "max_skew_ms", "stragglers", "missing",
                 "thresholds", "ok"]
 
 
@@ -199,25 +208,35 @@ def build_summary(con) -> dict[str, Any]:
                 "algbw_gbps": top[algbw] if algbw else None,
             }
 
-    # -- point-to-point ----------------------------------------------------------------------------------------
-    p2p_obj = catalog.find(P2P)
-    p2p = _query(con, P2P, missing, {"small_bytes": SMALL_BYTES} if p2p_obj and "small_bytes" in p2p_obj.params else None)
-    if p2p is not None and not p2p.is_empty():
-        if "scope" in p2p.columns and p2p.filter(pl.col("scope") == "all").height:
-            p2p = p2p.filter(pl.col("scope") == "all")
-        row = p2p.row(0, named=True)
-        pick = lambda *names: next((row[n] for n in names if n in row), None)  # noqa: E731
-        s["p2p"] = {
-            "small_msg_share_pct": _share_pct(pick("small_time_pct", "small_msg_share_pct", "small_share_pct",
-                                                   "small_time_share", "small_share")),
-            "small_alpha_pct": pick("small_alpha_pct"),
-            "small_msg_bytes": pick("small_msg_bytes", "small_threshold_bytes", "small_bytes") or SMALL_BYTES,
-            "alpha_us": pick("alpha_us"),
-            "beta_gbps": pick("beta_gbps", "bandwidth_gbps"),
-            "r2": pick("r2"),
-            "n_ops": pick("n", "n_ops", "count"),
-            "small_ops": pick("small_ops"),
-        }
+    # -- latency-bound communication (latency_model: n½ is the rule for "small", 64 KiB a labelled fallback) ------
+    models = _query(con, LATENCY, missing)
+    total = _query(con, LATENCY_TOTAL, missing)
+    if total is not None and total.height:
+        t = total.row(0, named=True)
+        s["latency_bound_pct"] = None if t["latency_bound_pct"] is None else round(t["latency_bound_pct"], 3)
+        s["coalescing_saving_ms"] = (None if t["coalescing_saving_ns"] is None
+                                     else round(t["coalescing_saving_ns"] / 1e6, 6))
+    if models is not None and models.height:
+        s["latency_models"] = [
+            {"collective": r["collective"], "group_size": r["group_size"], "instances": r["instances"],
+             "alpha_us": r["alpha_us"], "beta_gbps": r["beta_gbps"], "n_half_bytes": r["n_half_bytes"],
+             "fit_quality": r["fit_quality"], "latency_bound_pct": r["latency_bound_pct"],
+             "coalescing_saving_ms": None if r["coalescing_saving_ns"] is None else r["coalescing_saving_ns"] / 1e6}
+            for r in models.iter_rows(named=True)]
+        p2p = models.filter(pl.col("collective") == "p2p")
+        if p2p.height:
+            row = p2p.row(0, named=True)
+            s["p2p"] = {"small_msg_share_pct": row["latency_bound_pct"],
+                        "small_msg_bytes": row["small_threshold_bytes"], "threshold_rule": row["threshold_rule"],
+                        "alpha_us": row["alpha_us"], "beta_gbps": row["beta_gbps"],
+                        "n_half_bytes": row["n_half_bytes"], "fit_quality": row["fit_quality"],
+                        "n_ops": row["instances"], "small_ops": row["below_threshold_ops"]}
+    if s.get("latency_bound_pct") is None and s["ranks"]:
+        why = ("no matched communication" if total is None or not total.height
+               else "no message sizes: re-export with sizes (see latency_model.note)")
+        not_available(s, "latency_bound_pct", why)
+    if s.get("coalescing_saving_ms") is None and s["ranks"]:
+        not_available(s, "coalescing_saving_ms", "no α-β fit (needs sizes and two or more distinct sizes)")
 
     # -- skew and stragglers ----------------------------------------------------------------------------------
     wait = _query(con, WAIT, missing)
@@ -296,6 +315,7 @@ THRESHOLDS = {
     "max_exposed_comm_pct": ("exposed_comm_pct", "max", "exposed communication (% of GPU-busy time)"),
     "min_overlap_pct": ("overlap_pct", "min", "communication overlapped by compute (%)"),
     "max_small_p2p_pct": ("p2p.small_msg_share_pct", "max", "small-message share of p2p operations (%)"),
+    "max_latency_bound_pct": ("latency_bound_pct", "max", "latency-bound share of communication time (%)"),
     "max_skew_ms": ("max_skew_ms", "max", "largest collective arrival skew (ms)"),
 }
 
@@ -381,6 +401,10 @@ def format_summary(s: dict) -> str:
                      f"{_bytes(p.get('small_msg_bytes'))}; latency α {alpha}{beta}")
     else:
         lines.append("point-to-point: n/a")
+    if s.get("latency_bound_pct") is not None:
+        save = s.get("coalescing_saving_ms")
+        lines.append(f"latency-bound: {_p(s['latency_bound_pct'])} of communication transfer time below n½"
+                     + ("" if save is None else f"; coalescing would save {save:.3f} ms"))
     if s.get("stragglers"):
         parts = [f"rank {r['rank']}" + (f" (last {r['times_last']}×)" if r.get("times_last") is not None else "")
                  for r in s["stragglers"]]

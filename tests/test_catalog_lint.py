@@ -18,7 +18,7 @@ UNIT_SUFFIXES = ("_ns", "_bytes", "_pct", "_gbps", "_us")
 UNIT_WORDS = re.compile(r"(^|_)(time|dur|duration|latency|wait|skew|span|size|bytes|bw|alpha|beta|start|end|idle|busy)(_|$)")
 UNITLESS_OK = {"group_size", "busbw_factor", "r2", "match_rule", "rank_wait_ns", "start_ns", "end_ns"}
 REQUIRED = {"comm_kernels", "overlap_by_rank", "time_breakdown_by_rank", "overlap_by_step", "msg_size_histogram",
-            "collective_bandwidth", "p2p_latency_by_size", "p2p_latency_model", "collective_skew", "rank_wait",
+            "collective_bandwidth", "p2p_latency_by_size", "latency_model", "collective_skew", "rank_wait",
             "diagnostics"}
 
 

@@ -44,7 +44,7 @@ d AS (
          printf('%d of %d ranks ingested: skew and wait cover only those', (SELECT n FROM nr), (SELECT ws FROM nr))
   WHERE (SELECT ws FROM nr) > (SELECT n FROM nr) AND (SELECT n FROM nr) > 1
   UNION ALL
-  SELECT 'warning', 'no_msg_sizes', rank, 'msg_size_histogram, collective_bandwidth, p2p_latency_by_size, p2p_latency_model',
+  SELECT 'warning', 'no_msg_sizes', rank, 'msg_size_histogram, collective_bandwidth, p2p_latency_by_size, latency_model',
          printf('%d of %d communication operations have no message size', count(*) FILTER (WHERE msg_bytes IS NULL), count(*))
   FROM co GROUP BY rank HAVING count(*) FILTER (WHERE msg_bytes IS NULL) > 0
   UNION ALL
@@ -59,11 +59,11 @@ d AS (
       (kind = 'user_annotation' AND name LIKE 'ProfilerStep#%')
       OR (kind = 'nvtx' AND regexp_matches(name, '^(ProfilerStep#|step[ _#:]*|iteration[ _#:]*|iter[ _#:]*|train_step[ _#:]*)[0-9]+$', 'i'))))
   UNION ALL
-  SELECT 'info', 'no_p2p', NULL, 'p2p_latency_by_size, p2p_latency_model', 'no sized send/recv operations'
+  SELECT 'info', 'no_p2p', NULL, 'p2p_latency_by_size, latency_model', 'no sized send/recv operations'
   WHERE (SELECT n FROM nc) > 0
     AND NOT EXISTS (SELECT 1 FROM co WHERE collective IN ('send', 'recv', 'send_recv') AND msg_bytes IS NOT NULL)
   UNION ALL
-  SELECT 'info', 'p2p_fit_impossible', NULL, 'p2p_latency_model', 'fewer than two distinct p2p message sizes: no alpha-beta fit'
+  SELECT 'info', 'p2p_fit_impossible', NULL, 'latency_model', 'fewer than two distinct p2p message sizes: no alpha-beta fit for p2p'
   WHERE (SELECT count(DISTINCT msg_bytes) FROM co WHERE collective IN ('send', 'recv', 'send_recv')) = 1
   UNION ALL
   SELECT 'info', 'skew_match_rule', NULL, 'collective_skew, rank_wait',
