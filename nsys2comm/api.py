@@ -269,7 +269,7 @@ class Job:
         if fn is None:
             raise UsageError(f"no chart for {name!r}", hint="charts exist for: " + ", ".join(sorted(CHARTS)))
         if name == "p2p_latency_by_size":
-            model = self.query("p2p_latency_model") if catalog.find("p2p_latency_model") else None
+            model = None  # the α-β model is latency_model (matched transfer time), charted in the report
             return fn(self.query(name, **params), model)
         return fn(self.query(name, **params))
 

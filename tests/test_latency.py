@@ -226,3 +226,25 @@ def test_theil_sen_vs_brute_force(alpha_us, beta_gbps, outliers, seed):
     m = analysis.run_query(con, "latency_model").row(0, named=True)
     if max(sizes) / beta_gbps > 10_000:  # bandwidth term well above the 1 ns rounding
         assert m["beta_gbps"] == pytest.approx(beta_gbps, rel=0.10)
+
+
+def test_report_charts_draw(job):
+    from nsys2comm.report import charts
+
+    _, con = job
+    model = analysis.run_query(con, "latency_model")
+    spec = charts.latency_chart(model, analysis.run_query(con, "latency_by_size")).to_dict()
+    assert "layer" in spec and len(spec["layer"]) == 4  # whiskers, medians, fitted lines, n½ rules
+    assert charts.pair_heatmap_chart(analysis.run_query(con, "transfer_by_pair")).to_dict()
+    assert charts.latency_chart(model.with_columns(alpha_us=None), None).to_dict()  # sizes unknown: ranges
+
+
+def test_example_report_section_has_data():
+    from nsys2comm.report.html import collect
+
+    con = db.connect(None)
+    ingest(con, [syn.__file__.rsplit("/", 1)[0] + "/example"], jobs=1)
+    _, sections, findings, _ = collect(con)
+    sec = next(s for s in sections if s.title == "Latency-bound communication")
+    assert sec.blocks[0].chart is not None
+    assert any(f.anchor == "sec-latency" for f in findings)

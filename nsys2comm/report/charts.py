@@ -418,3 +418,60 @@ def step_timeline_chart(df: pl.DataFrame) -> alt.Chart:
                  alt.Tooltip("longest_op_name:N", title="longest operation"),
                  alt.Tooltip("longest_op_full_name:N", title="full name")],
     ).properties(width=WIDTH - 160, height=max(60, min(14 * len(lanes), 700)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Latency-bound communication
+
+
+def latency_chart(model: pl.DataFrame, points: pl.DataFrame | None = None) -> alt.Chart:
+    """Log-log transfer time (median per size, p10–p90 whisker) against size per collective and p2p, with the
+    fitted α + bytes/β line and n½ marked (latency_by_size, latency_model). Without sizes: per collective, the
+    transfer-time distribution and the latency floor (α estimate) as bars."""
+    if points is None or not points.height:
+        d = model.select("collective", (pl.col("latency_floor_ns") / 1e3).alias("floor_us"),
+                         (pl.col("transfer_p50_ns") / 1e3).alias("p50_us"),
+                         (pl.col("transfer_p90_ns") / 1e3).alias("p90_us"), "instances")
+        base = alt.Chart(d).encode(y=alt.Y("collective:N", title=None))
+        return alt.layer(
+            base.mark_rule().encode(x=alt.X("floor_us:Q", title="transfer time (µs), sizes unknown"), x2="p90_us:Q"),
+            base.mark_point(filled=True, size=60).encode(
+                x="p50_us:Q", tooltip=["collective", "instances", alt.Tooltip("floor_us:Q", title="latency floor µs"),
+                                       alt.Tooltip("p50_us:Q", title="median µs"), alt.Tooltip("p90_us:Q", title="p90 µs")]),
+        ).properties(width=560)
+    d = points.with_columns((pl.col("collective") + " n=" + pl.col("group_size").cast(pl.Utf8)).alias("op"),
+                            (pl.col("transfer_p10_ns") / 1e3).alias("p10_us"),
+                            (pl.col("transfer_p50_ns") / 1e3).alias("p50_us"),
+                            (pl.col("transfer_p90_ns") / 1e3).alias("p90_us"),
+                            (pl.col("model_ns") / 1e3).alias("model_us"),
+                            pl.col("msg_bytes").cast(pl.Float64).alias("size_bytes"))
+    x = alt.X("size_bytes:Q", scale=alt.Scale(type="log"), title="message size (bytes)")
+    y = alt.Y("p50_us:Q", scale=alt.Scale(type="log"), title="transfer time, waiting excluded (µs)")
+    base = alt.Chart(d).encode(x=x, color=alt.Color("op:N", title="operation"))
+    layers = [base.mark_rule().encode(y=alt.Y("p10_us:Q", scale=alt.Scale(type="log")), y2="p90_us:Q"),
+              base.mark_point(filled=True, size=50).encode(
+                  y=y, tooltip=["op", "msg_bytes", "instances", alt.Tooltip("p50_us:Q", title="median µs", format=".1f"),
+                                alt.Tooltip("model_us:Q", title="model µs", format=".1f")])]
+    fitted = d.filter(pl.col("model_us").is_not_null())
+    if fitted.height:
+        layers.append(alt.Chart(fitted).mark_line(strokeDash=[4, 3]).encode(
+            x=x, y=alt.Y("model_us:Q", scale=alt.Scale(type="log")), color="op:N"))
+        nh = fitted.group_by("op").agg(pl.col("n_half_bytes").first().cast(pl.Float64).alias("n_half_bytes"))
+        layers.append(alt.Chart(nh).mark_rule(strokeDash=[1, 2]).encode(
+            x="n_half_bytes:Q", color="op:N", tooltip=["op", alt.Tooltip("n_half_bytes:Q", title="n½ (bytes)")]))
+    return alt.layer(*layers).properties(width=560, height=320)
+
+
+def pair_heatmap_chart(pairs: pl.DataFrame) -> alt.Chart:
+    """Sender × receiver heatmap of median p2p transfer time, with the median wait in the tooltip and as text."""
+    d = pairs.with_columns((pl.col("transfer_p50_ns") / 1e3).alias("transfer_us"),
+                           (pl.col("wait_p50_ns") / 1e3).alias("wait_us"))
+    base = alt.Chart(d).encode(x=alt.X("dst_rank:O", title="receiver rank"), y=alt.Y("src_rank:O", title="sender rank"))
+    return alt.layer(
+        base.mark_rect().encode(color=alt.Color("transfer_us:Q", title="median transfer (µs)"),
+                                tooltip=["src_rank", "dst_rank", "instances",
+                                         alt.Tooltip("transfer_us:Q", title="median transfer µs", format=".1f"),
+                                         alt.Tooltip("wait_us:Q", title="median wait µs", format=".1f"),
+                                         alt.Tooltip("receiver_waited_pct:Q", title="receiver waited %", format=".0f")]),
+        base.mark_text(fontSize=9).encode(text=alt.Text("wait_us:Q", format=".0f")),
+    ).properties(width=320, height=320)

@@ -132,30 +132,27 @@ def bandwidth_findings(df: pl.DataFrame | None) -> list[Finding]:
     return out[:4]
 
 
-def p2p_findings(by_size: pl.DataFrame | None, model: pl.DataFrame | None, small_bytes: int) -> list[Finding]:
-    if model is not None and "scope" in model.columns:
-        model = model.filter(pl.col("scope") == "all")
-    if model is None or not model.height:
-        return []
-    m = model.row(0, named=True)
-    alpha, beta = _num(m.get("alpha_us")), _num(m.get("beta_gbps"))
-    share = _num(next((m[k] for k in ("small_time_pct", "small_time_share", "small_share", "small_time_pct", "small_share_pct",
-                                      "small_msg_time_share") if k in m), None))
-    if alpha is None or beta is None:
-        return []
-    r2 = _num(m.get("r2"))
-    fit = f"α ≈ {alpha:.1f} µs, β ≈ {beta:.1f} GB/s" + (f" (R² = {r2:.2f})" if r2 is not None else "")
-    # the size where the bandwidth term equals the latency term: below it, latency dominates
-    half = alpha * beta * 1e3
-    out = [Finding(f"Point-to-point transfers fit t = α + bytes/β with {fit}: messages under "
-                   f"{fmt_bytes(half)} spend more time in latency than in moving bytes.", "sec-p2p")]
-    if share is not None:
-        pct = share if share > 1 else 100 * share
-        ap = _num(m.get("small_alpha_pct"))
-        tail = f" (α is {ap:.0f}% of that time)" if ap is not None else ""
-        out.insert(0, Finding(f"{pct:.0f}% of p2p time is in messages of at most {fmt_bytes(small_bytes)}, "
-                              f"where α ≈ {alpha:.0f} µs dominates{tail}.", "sec-p2p",
-                              "warning" if pct >= 30 else "info"))
+def latency_findings(model: pl.DataFrame | None, total: pl.DataFrame | None) -> list[Finding]:
+    """Latency-bound share and coalescing saving (latency_bound_total), and the fitted α, β, n½ per operation."""
+    out = []
+    if total is not None and total.height:
+        t = total.row(0, named=True)
+        pct, save = _num(t.get("latency_bound_pct")), _num(t.get("coalescing_saving_ns"))
+        if pct is not None:
+            tail = f"; sending the same bytes in operations of at least n½ would save {_ms(save)}" if save else ""
+            out.append(Finding(f"{pct:.0f}% of sized communication transfer time (waiting excluded) is in latency-bound "
+                               f"operations, smaller than n½ = α·β of their fit{tail}.", "sec-latency",
+                               "warning" if pct >= 30 else "info"))
+    if model is not None and model.height:
+        fitted = model.filter(pl.col("alpha_us").is_not_null()).sort("total_transfer_ns", descending=True)
+        for m in fitted.head(3).iter_rows(named=True):
+            out.append(Finding(f"{m['collective']} (group of {m['group_size']}): α ≈ {m['alpha_us']:.1f} µs, "
+                               f"β ≈ {m['beta_gbps']:.1f} GB/s, n½ ≈ {fmt_bytes(m['n_half_bytes'])} "
+                               f"(fit: {m['fit_quality']}, {m['sized_instances']} instances).", "sec-latency"))
+        if not fitted.height:
+            m = model.sort("total_transfer_ns", descending=True).row(0, named=True)
+            out.append(Finding(f"No α-β fit ({m['fit_quality']}); the latency floor of {m['collective']} is "
+                               f"{_ms(m['latency_floor_ns'])} (5th percentile transfer time).", "sec-latency"))
     return out
 
 
@@ -186,7 +183,7 @@ def all_findings(frames: dict[str, pl.DataFrame | None], small_bytes: int) -> li
     out: list[Finding] = []
     for f in (lambda: overlap_findings(g("overlap_by_rank")),
               lambda: breakdown_findings(g("time_breakdown_by_rank")),
-              lambda: p2p_findings(g("p2p_latency_by_size"), g("p2p_latency_model"), small_bytes),
+              lambda: latency_findings(g("latency_model"), g("latency_bound_total")),
               lambda: histogram_findings(g("msg_size_histogram")),
               lambda: bandwidth_findings(g("busbw")),
               lambda: skew_findings(g("rank_wait"), g("collective_skew"))):

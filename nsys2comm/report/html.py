@@ -25,7 +25,6 @@ from . import charts as ch
 from .data import Fetched, fetch
 from .findings import Finding, all_findings
 
-SMALL_BYTES = 65536  # p2p small-message threshold (shaded region, finding)
 MAX_SKEW_INSTANCES = 60  # heatmap columns
 MAX_HEATMAP_RANKS = 64
 TIMELINE_SEGMENTS = 150
@@ -219,8 +218,10 @@ def _queries() -> dict[str, tuple[str, dict]]:
         "overlap_by_collective": ("comm_overlap_by_collective", {}),
         "msg_size_histogram": ("msg_size_histogram", {}),
         "busbw": ("collective_bandwidth", {}),
-        "p2p_latency_by_size": ("p2p_latency_by_size", {}),
-        "p2p_latency_model": ("p2p_latency_model", {"small_bytes": SMALL_BYTES}),
+        "latency_model": ("latency_model", {}),
+        "latency_by_size": ("latency_by_size", {}),
+        "latency_bound_total": ("latency_bound_total", {}),
+        "transfer_by_pair": ("transfer_by_pair", {}),
         "collective_skew": ("collective_skew", {}),
         "rank_wait": ("rank_wait", {}),
         "step_timeline": ("step_timeline", {"max_segments": TIMELINE_SEGMENTS, "max_ranks": TIMELINE_RANKS}),
@@ -294,12 +295,18 @@ def collect(con) -> tuple[Fetched, list[Section], list[Finding], list[tuple[str,
                              ch.busbw_chart, dtext, "size|blob|bytes|group"))
     sections.append(sec)
 
-    sec = Section("sec-p2p", "Point-to-point latency",
-                  "Send/recv duration against size, with the α-β (latency-bandwidth) model fitted to it.")
-    sec.blocks.append(_block(F, ["p2p_latency_by_size", "p2p_latency_model"], "chart-p2p",
-                             f"Log-log: median duration per size, fitted t = α + bytes/β (dashed), messages under "
-                             f"{ch.fmt_bytes(SMALL_BYTES)} shaded.",
-                             lambda a, b: ch.p2p_latency_chart(a, b, SMALL_BYTES), dtext, "p2p|send|recv|size|blob"))
+    sec = Section("sec-latency", "Latency-bound communication",
+                  "Transfer time apart from waiting (matched across ranks) against size, the α-β fit per "
+                  "collective and for point-to-point, and who waits for whom in send/recv.")
+    sec.blocks.append(_block(F, ["latency_model", "latency_by_size"], "chart-latency",
+                             "Log-log: median transfer time per size (p10–p90 whisker), fitted t = α + bytes/β "
+                             "(dashed) and n½ = α·β (dotted rule); without sizes, the transfer-time range per "
+                             "collective from the latency floor.",
+                             ch.latency_chart, dtext, "latency|transfer|size|blob|communication"))
+    sec.blocks.append(_block(F, ["transfer_by_pair"], "chart-p2p-pairs",
+                             "Point-to-point, sender × receiver: colour = median transfer time (µs), number = "
+                             "median wait of the earlier side (µs).",
+                             ch.pair_heatmap_chart, dtext, "p2p|send|recv|peer"))
     sections.append(sec)
 
     sec = Section("sec-skew", "Cross-rank skew and stragglers",
@@ -340,7 +347,7 @@ def collect(con) -> tuple[Fetched, list[Section], list[Finding], list[tuple[str,
         sec.html = f'<p class="missing">No data: {esc(_reason(F, ["top_comm_kernels"], None, dtext))}</p>'
     sections.append(sec)
 
-    findings = all_findings({k: F.get(k) for k in _queries()} | {"busbw": F.get("busbw")}, SMALL_BYTES)
+    findings = all_findings({k: F.get(k) for k in _queries()} | {"busbw": F.get("busbw")}, 0)
     return fetched, sections, findings, diag
 
 
