@@ -176,7 +176,7 @@ class Job:
 
     @classmethod
     def ingest(cls, paths: Iterable[str | Path], db: str | Path | None = None, *, rank: int | None = None,
-               keep_going: bool = False, jobs: int | None = None, lock_timeout_s: float = 60.0,
+               world_size: int | None = None, keep_going: bool = False, jobs: int | None = None, lock_timeout_s: float = 60.0,
                on_file: Callable | None = None, progress: Callable | None = None,
                read_only: bool = False, read_extra: dict | None = None) -> "Job":
         """Ingest traces into ``db`` (created if missing; ``None`` = in memory) and return the job.
@@ -187,7 +187,7 @@ class Job:
 
         con = connect(db, write=True, lock_timeout_s=lock_timeout_s) if db is not None else connect(None)
         try:
-            results = _ingest(con, [str(p) for p in paths], rank=rank, keep_going=keep_going, jobs=jobs,
+            results = _ingest(con, [str(p) for p in paths], rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs,
                               on_file=on_file, progress=progress, read_extra=read_extra)
             if read_only and db is None:
                 seal_read_only(con)  # a one-off job on traces reads like a database opened read-only

@@ -147,6 +147,10 @@ def ingest(
                                      show_default=False)],
     rank: Annotated[Optional[int], typer.Option("--rank", help="Rank of a single trace file whose rank the trace "
                                                            "does not record.", show_default=False)] = None,
+    world_size: Annotated[Optional[int], typer.Option(
+        "--world-size", metavar="N", show_default=False,
+        help="Number of ranks in the job, for traces that do not record it (used for group sizes only where the "
+             "trace shows no other process group; noted in ingest_notes).")] = None,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Ingest the good files, list the bad ones, "
                                                                   "exit 1 if any failed.")] = False,
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel parsers (default: all cores).",
@@ -214,7 +218,7 @@ def ingest(
             limits["max_decompressed_bytes"] = int(max_decompressed_gb * (1 << 30))
         created = not db.exists()
         try:
-            job = Job.ingest(files, db=db, rank=rank, keep_going=keep_going, jobs=jobs,
+            job = Job.ingest(files, db=db, rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs,
                              lock_timeout_s=lock_timeout, on_file=on_file, read_extra=limits)
             job.close()
         except BaseException as e:

@@ -183,8 +183,10 @@ def build_summary(con) -> dict[str, Any]:
             if not per.is_empty():
                 s["worst_rank"] = int(per.get_column("rank")[0])
                 s["worst_rank_exposed_comm_pct"] = round(float(per.get_column("_pct")[0]), 3)
-        if s["comm_share_pct"] is None and s["overlap_pct"] is None:
-            missing.append(f"analysis '{OVERLAP}' has none of the expected columns")  # TODO: align names
+    if not con.execute("SELECT count(*) FROM (SELECT 1 FROM kernels LIMIT 1)").fetchone()[0]:
+        for key in ("gpu_busy_ns", "comm_ns", "exposed_comm_ns"):  # nothing measured on a GPU: not a measured 0
+            s[key] = None
+            not_available(s, key, "the job has no GPU kernels")
 
     # -- worst collective --------------------------------------------------------------------------------------
     bw = _query(con, BANDWIDTH, missing)
@@ -202,6 +204,7 @@ def build_summary(con) -> dict[str, Any]:
                 "msg_bytes": _int(top[size]) if size else None,
                 "msg_bytes_hi": _int(top["bucket_hi_bytes"]) if "bucket_hi_bytes" in top else None,
                 "group_size": _int(top["group_size"]) if top.get("group_size") is not None else None,
+                "group_size_assumed": top["group_size_assumed"],
                 "count": _int(top[count]) if count else None,
                 "total_ns": _int(top[tot_c]),
                 "busbw_gbps": top[bbw] if bbw else None,

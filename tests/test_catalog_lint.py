@@ -16,7 +16,7 @@ PUBLIC = [o for o in MINE if o.public]
 UNIT_SUFFIXES = ("_ns", "_bytes", "_pct", "_gbps", "_us")
 # words that name a time or a size: a column containing one must carry a unit suffix
 UNIT_WORDS = re.compile(r"(^|_)(time|dur|duration|latency|wait|skew|span|size|bytes|bw|alpha|beta|start|end|idle|busy)(_|$)")
-UNITLESS_OK = {"group_size", "busbw_factor", "r2", "match_rule", "rank_wait_ns", "start_ns", "end_ns"}
+UNITLESS_OK = {"group_size", "group_size_assumed", "busbw_factor", "r2", "match_rule", "rank_wait_ns", "start_ns", "end_ns"}
 REQUIRED = {"comm_kernels", "overlap_by_rank", "time_breakdown_by_rank", "overlap_by_step", "msg_size_histogram",
             "collective_bandwidth", "p2p_latency_by_size", "latency_model", "collective_skew", "rank_wait",
             "diagnostics"}

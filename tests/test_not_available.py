@@ -35,14 +35,27 @@ def _strip_comm(path: Path) -> Path:
     return out
 
 
+def _strip_shapes(path: Path) -> Path:
+    """The same trace profiled without record_shapes: no 'Input Dims'/'Input type', so no message sizes."""
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:
+        for k in ("Input Dims", "Input type"):
+            (e.get("args") or {}).pop(k, None)
+    doc.pop("record_shapes", None)
+    out = path.with_name("noshapes_" + path.name)
+    out.write_text(json.dumps(doc))
+    return out
+
+
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     d = tmp_path_factory.mktemp("na")
     one = write_kineto(make_run(world_size=1, steps=1), d / "one", "new")
     two_old = write_kineto(make_run(world_size=2, steps=1), d / "old", "old")
     nocomm = [_strip_comm(p) for p in write_kineto(make_run(world_size=2, steps=1), d / "nc", "new")]
+    no_sizes = [_strip_shapes(p) for p in two_old]
     out = {}
-    for name, paths in (("one_rank", one), ("no_comm", nocomm), ("old", two_old)):
+    for name, paths in (("one_rank", one), ("no_comm", nocomm), ("old", two_old), ("no_sizes", no_sizes)):
         db = d / f"{name}.duckdb"
         Job.ingest(paths, db=db, jobs=1).close()
         out[name] = db
@@ -105,14 +118,12 @@ def test_no_communication_overlap_is_null(jobs, tmp_path):
 
 
 def test_bandwidth_without_sizes(jobs, tmp_path):
-    db = jobs["old"]
+    db = jobs["no_sizes"]
     with Job.open(db) as job:
         n_sized = job.sql("SELECT count(msg_bytes) AS n FROM comm_ops")["n"][0]
-        bw = job.query("collective_bandwidth")
+        assert n_sized == 0 and job.query("collective_bandwidth").height == 0
     _, s = _summary(db)
     w = s["worst_collective"]
-    if bw.height and bw["busbw_gbps"].null_count() < bw.height:
-        pytest.skip("this synthetic era records sizes and group sizes")
     assert w is None or w["busbw_gbps"] is None
     assert any(m.startswith("worst_collective.busbw_gbps: not available") for m in s["missing"]), (n_sized, s)
     out = tmp_path / "old.html"
@@ -154,3 +165,20 @@ def test_summary_json_without_traces(tmp_path):
     assert s["comm_share_pct"] is None and s["max_skew_ms"] is None
     r = run("summary", empty)
     assert r.exit_code == 1 and "directory holds no trace files" in r.stderr
+
+
+def test_busbw_on_an_assumed_group_size_is_flagged(jobs, tmp_path):
+    """Old traces record shapes but no process group: busbw rests on the world size, and every consumer says so."""
+    db = jobs["old"]
+    with Job.open(db) as job:
+        assert set(job.sql("SELECT DISTINCT group_source FROM comm_ops")["group_source"]) == {"assumed_world_size"}
+        bw = job.query("collective_bandwidth")
+    assert bw.height and bw["group_size_assumed"].all() and bw["busbw_gbps"].null_count() < bw.height
+    _, s = _summary(db)
+    assert s["worst_collective"]["group_size_assumed"] is True
+    out = tmp_path / "old.html"
+    assert run("report", db, "-o", out).exit_code == 0
+    html = out.read_text()
+    findings = html[html.index('id="sec-findings"'):]
+    assert "the trace records no process group" in findings[:findings.index("</section>")]
+    assert "group size 2 assumed" in html  # the chart's series label

@@ -49,8 +49,9 @@ def fill_job(con, run, *, hostile: bool = False):
     """Insert a synthetic Run as canonical rows (what an importer would write)."""
     host = HOSTILE if hostile else run.host
     path = f"/traces/{HOSTILE}.json" if hostile else "/traces/synthetic.pt.trace.json"
-    con.execute("INSERT INTO files VALUES (1, ?, ?, 1234, 'kineto', 'schemaVersion 1', 'synthetic', ?, 'synthetic', 0, "
-                "now()::TIMESTAMP)", [path, "0" * 64, host])
+    con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, format_version, producer, host, "
+                "clock_rule, clock_offset_ns, ingested_at) VALUES (1, ?, ?, 1234, 'kineto', 'schemaVersion 1', "
+                "'synthetic', ?, 'synthetic', 0, now()::TIMESTAMP)", [path, "0" * 64, host])
     for r in run.ranks:
         con.execute("INSERT INTO ranks VALUES (?, 1, ?, ?, ?, 'distributedInfo')", [r.rank, r.pid, host, run.world_size])
         con.execute("INSERT INTO devices VALUES (1, ?, ?, 'NVIDIA H100 80GB HBM3', 132, 85899345920)", [r.rank, r.device])
@@ -322,7 +323,8 @@ def test_chart_functions_are_pure_and_compile():
     hist = pl.DataFrame({"collective": ["all_reduce", "all_reduce", "all_gather"], "bucket_bytes": [1024, 1 << 20, 4096],
                          "count": [10, 3, 5], "total_ns": [1e5, 9e6, 2e5], "busbw_gbps": [0.5, 80.0, 3.0]})
     _compiles(msg_size_histogram_chart(hist))
-    _compiles(busbw_chart(hist))
+    _compiles(busbw_chart(hist.with_columns(pl.Series("group_size", [8, 8, 8]),
+                                            pl.Series("group_size_assumed", [False, False, True]))))
     p2p = pl.DataFrame({"size_bytes": [512, 4096, 65536, 1 << 20], "count": [8, 8, 8, 8],
                         "min_ns": [11e3, 12e3, 14e3, 60e3], "p50_ns": [12e3, 12.2e3, 15.3e3, 64e3],
                         "p90_ns": [13e3, 13e3, 16e3, 70e3]})

@@ -135,7 +135,8 @@ def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str
         raise
 
 
-def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, keep_going: bool = False,
+def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_size: int | None = None,
+           keep_going: bool = False,
            jobs: int | None = None, on_file: Callable[[FileResult], None] | None = None,
            progress: Callable[[str], None] | None = None, read_extra: dict | None = None) -> list[FileResult]:
     """Ingest traces into an open job database. Returns one FileResult per file.
@@ -150,7 +151,11 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, keep_go
     remove_stale_spools()
     if rank is not None and len(files) > 1:
         raise InputError("--rank applies to a single trace file", hint="ingest files one at a time to set their ranks")
-    options = ReadOptions(rank=rank, extra=dict(read_extra or {}))
+    if world_size is not None and not 0 < world_size < 2**31:
+        raise InputError(f"--world-size {world_size} is not a world size", hint="give the number of ranks in the job (1 to 2^31-1)")
+    if rank is not None and not 0 <= rank < 2**31:
+        raise InputError(f"--rank {rank} is not a rank", hint="give a rank from 0 to 2^31-1")
+    options = ReadOptions(rank=rank, world_size=world_size, extra=dict(read_extra or {}))
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     results: list[FileResult] = []
 

@@ -33,6 +33,7 @@ class Batch:
 @dataclass
 class ReadOptions:
     rank: int | None = None  # --rank: explicit rank (kineto) / first rank (nsys)
+    world_size: int | None = None  # --world-size: used when the trace does not record it
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -26,10 +26,13 @@ A JSON without a traceEvents array is an InputError; a trace with no GPU kernels
 from __future__ import annotations
 
 import gc
+import json
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Iterator
 
+import duckdb
 import msgspec
 import orjson
 import pyarrow as pa
@@ -37,6 +40,7 @@ import pyarrow as pa
 from ..errors import InputError
 from .base import Batch, ReadOptions, process_pool
 from .kineto_stream import BLOCK
+from .ranks import Ranks, resolve_ranks
 
 SOURCE = "kineto"
 
@@ -71,6 +75,25 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     comms_id: int | str | None = msgspec.field(default=None, name="Comms Id")
     input_dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
+    external_id_v1: int | None = msgspec.field(default=None, name="external id")
+
+
+# Older spellings of a field -> the attribute that holds it (kineto.md §1.3, §1.6): the one map from Kineto's arg
+# spellings to canonical fields. Staged args JSON carries only the current names, so the SQL reads one key each.
+_ARG_ALIASES = {"external_id_v1": "external_id",  # ≈1.8-1.9 traces
+                "in_size": "in_nelems", "out_size": "out_nelems",  # element counts, renamed in kineto #849 (Dec 2023)
+                "pg_id": "pg_name"}  # PyTorch 2.2 'Process Group ID', later 'Process Group Name'
+
+
+def _canonical_args(a: "Args") -> "Args":
+    fix = {}
+    for old, new in _ARG_ALIASES.items():
+        v = getattr(a, old)
+        if v is not None:
+            if getattr(a, new) is None:
+                fix[new] = v
+            fix[old] = None
+    return msgspec.structs.replace(a, **fix) if fix else a
 
 
 class Event(msgspec.Struct, gc=False):
@@ -84,15 +107,30 @@ class Event(msgspec.Struct, gc=False):
     args: Args | None = None
 
 
+class EventExactTs(Event, gc=False):
+    """An event whose ts is kept as the JSON number's digits (see decode_events)."""
+    ts: msgspec.Raw = _NULL
+
+
 _events_decoder = msgspec.json.Decoder(list[Event])
+_exact_ts_decoder = msgspec.json.Decoder(list[EventExactTs])
+# epoch µs beyond float64's exact ns: 2**53 ns. Above it a fractional ts is read from its digits.
+_EXACT_TS_US = 2.0**53 / 1000
+
+
+class _Events(list):
+    """Decoded events that were read after replacing bytes that are not UTF-8 (invalid_utf8)."""
+    invalid_utf8 = False
+
+
+class BadValue(ValueError):
+    """A value no trace could hold; read() turns it into an InputError naming the file."""
 _EMPTY_ARGS = Args()
 _encode = msgspec.json.Encoder().encode
 
 # JSON key for each Args attribute that goes into cpu_ranges.args
 _ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)
              if f.name not in ("device", "stream", "grid", "block", "bytes", "graph_id")]
-_COLL_ATTRS = ("coll", "in_nelems", "out_nelems", "in_size", "out_size", "group_size", "dtype", "pg_name",
-               "pg_desc", "pg_id", "src_rank", "dst_rank", "seq", "comms_id")
 
 
 def _to_int(v):
@@ -100,7 +138,7 @@ def _to_int(v):
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, float):
+    if isinstance(v, (float, Decimal)):
         return int(v) if v == v and abs(v) < 9e18 else None
     if isinstance(v, str):
         try:
@@ -114,7 +152,7 @@ def _to_int(v):
 
 
 def _to_num(v):
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool):
         return v
     if isinstance(v, str):
         try:
@@ -130,7 +168,11 @@ def _to_num(v):
 def _to_str(v):
     if v is None:
         return None
-    return v if isinstance(v, str) else orjson.dumps(v).decode()
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (int, Decimal)) and not isinstance(v, bool):
+        return str(v)
+    return orjson.dumps(v, default=str).decode()
 
 
 def _pidlike(v):
@@ -174,18 +216,56 @@ def _tolerant_event(d) -> Event | None:
 _ALL_ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 
 
+def _exact_ts(raw: msgspec.Raw):
+    """A ts from its JSON digits: Decimal keeps every digit, and round(ts * 1000) stays exact."""
+    b = bytes(raw)
+    return None if b == b"null" else Decimal(b.decode())
+
+
+def _needs_exact_ts(events) -> bool:
+    lim = _EXACT_TS_US
+    return any(type(e.ts) is float and e.ts > lim and not e.ts.is_integer() for e in events)
+
+
 def decode_events(data: bytes) -> list[Event]:
-    """Decode a JSON array of events; msgspec.DecodeError when it is not valid JSON."""
+    """Decode a JSON array of events; msgspec.DecodeError when it is not valid JSON, BadValue when it nests deeper
+    than any trace does.
+
+    Epoch ts with a fractional part beyond float64 precision (> 2**53 ns) are re-read from their digits."""
     was = gc.isenabled()
     gc.disable()  # millions of small allocations: generation-0 collections would cost ~40 %
     try:
-        return _events_decoder.decode(data)
+        events = _events_decoder.decode(data)
+        if _needs_exact_ts(events):
+            events = _exact_ts_decoder.decode(data)
+            for e in events:
+                e.ts = _exact_ts(e.ts)
+        return events
     except msgspec.ValidationError:
+        invalid_utf8 = False
         try:
             objs = orjson.loads(data)
         except orjson.JSONDecodeError as e:
-            raise msgspec.DecodeError(str(e)) from None
-        return [ev for ev in map(_tolerant_event, objs) if ev is not None]
+            if "recursion" in str(e):
+                raise BadValue("has JSON nested deeper than any trace event (over 1,024 levels)") from None
+            try:
+                data.decode("utf-8")
+                raise msgspec.DecodeError(str(e)) from None
+            except UnicodeDecodeError:  # read what it says; the note tells names may hold U+FFFD
+                data = data.decode("utf-8", errors="replace").encode()
+                invalid_utf8 = True
+            try:
+                objs = orjson.loads(data)
+            except orjson.JSONDecodeError as e2:
+                raise msgspec.DecodeError(str(e2)) from None
+        events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
+        if _needs_exact_ts(events):
+            objs = json.loads(data, parse_float=Decimal)
+            events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
+        events.invalid_utf8 = invalid_utf8
+        return events
+    except RecursionError:
+        raise BadValue("has JSON nested deeper than any trace event") from None
     finally:
         if was:
             gc.enable()
@@ -228,6 +308,7 @@ _KIND = {
     "cpu_op": 8, "Operator": 8,
 }
 _COMM_CPU_PREFIX = ("record_param_comms", "c10d::", "nccl:", "gloo:", "ProfilerStep")
+_COMM_ANNOTATION_PREFIX = ("nccl:", "gloo:")
 # the same rule as SQL is_comm_kernel_name (20_classify.sql); used only to decide which kernels get staged args
 _COMM_KERNEL_RE = re.compile(
     r"^(nccl|rccl)|multimem_|one_shot_all_reduce|two_shot_all_reduce|symm_mem|cross_device_reduce|"
@@ -270,11 +351,42 @@ def _int_or_none(v):
     return v if type(v) is int else None
 
 
+_STREAM_TID = re.compile(r"stream\s*(\d+)", re.I)
+
+
+def _stream_of(tid):
+    """A GPU event's stream from its tid: an int, or (2020-2021 traces) a string like 'stream 7'."""
+    if type(tid) is int:
+        return tid
+    m = _STREAM_TID.match(tid) if isinstance(tid, str) else None
+    return int(m.group(1)) if m else None
+
+
+def _describe_bad_event(e, err: Exception) -> str:
+    what = f"'{e.cat}' event '{(e.name or '')[:60]}'" if e is not None else "an event"
+    return f"has a {what} with ts {e.ts!r} and dur {e.dur!r}, which are not finite times ({err})"
+
+
 def _copy_kind(name: str) -> str:
     m = _MEMCPY_TOKEN.search(name)
     if m:
         return _COPY_KINDS.get(m.group(1), "other")
     return "other"
+
+
+def _column(values, field: pa.Field, table: str) -> pa.Array:
+    try:
+        return pa.array(values, type=field.type)
+    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+        bad = next((v for v in values if isinstance(v, int) and not _fits(v, field.type)), None)
+        what = {"start_ns": "a timestamp", "end_ns": "an end time"}.get(field.name, f"a {field.name}")
+        shown = str(bad) if len(str(bad)) <= 24 else f"{str(bad)[:8]}… ({len(str(bad))} digits)"
+        raise BadValue(f"has {what} ({table}.{field.name} = {shown}) outside the {field.type} range") from None
+
+
+def _fits(v: int, t: pa.DataType) -> bool:
+    bits = t.bit_width if pa.types.is_integer(t) else 64
+    return -(1 << (bits - 1)) <= v < (1 << (bits - 1))
 
 
 class _State:
@@ -296,12 +408,14 @@ class _State:
         self.first_cpu_pid: int | None = None
         self.min_ts: float | None = None
         self.comm_name_cache: dict[str, bool] = {}
+        self.n_negative_dur = 0
+        self.invalid_utf8 = False
 
     def flush(self) -> Iterator[Batch]:
         for table, rows in self.rows.items():
             if rows:
                 schema = SCHEMAS[table]
-                arrays = [pa.array(col, type=f.type) for col, f in zip(zip(*rows), schema)]
+                arrays = [_column(col, f, table) for col, f in zip(zip(*rows), schema)]
                 rows.clear()
                 yield Batch(table, pa.Table.from_arrays(arrays, schema=schema))
 
@@ -320,102 +434,112 @@ class _State:
         min_ts = self.min_ts
         int_ts = float_ts = False
         self.n_events += len(events)
-        for e in events:
-            kind = kind_of(e.cat)
-            if kind is None or e.ph != "X":
-                continue
-            t = e.ts
-            if t is None:
-                continue
-            if type(t) is int:
-                start = t * 1000
-                int_ts = True
-            else:
-                start = round(t * 1000)
-                float_ts = True
-            d = e.dur
-            if d is None:
-                end = start
-            elif type(d) is int:
-                end = start + d * 1000
-            else:
-                end = start + round(d * 1000)
-            if min_ts is None or t < min_ts:
-                min_ts = t
-            a = e.args
-            if a is None:
-                a = empty
-            name = e.name
-            if name is None:
-                name = ""
-            if kind == 1:  # kernel
-                pid = e.pid
-                dev = a.device
-                if dev is None:
-                    dev = pid if type(pid) is int else 0
-                stream = a.stream
-                if stream is None:
-                    stream = _int_or_none(e.tid)
-                g = a.grid
-                if g is None or len(g) != 3:
-                    g = _NONE3
-                b = a.block
-                if b is None or len(b) != 3:
-                    b = _NONE3
-                K((nk, rank, dev, stream, start, end, name, a.correlation, g[0], g[1], g[2], b[0], b[1], b[2],
-                   a.graph_id))
-                devices.add(dev)
-                is_comm = comm_cache.get(name)
-                if is_comm is None:
-                    is_comm = comm_cache[name] = bool(_COMM_KERNEL_RE.search(name[5:] if name.startswith("void ") else name))
-                if is_comm or a.coll is not None:
-                    self._stage_kernel_args(nk, e, a, start, end, dev)
-                nk += 1
-            elif kind == 2 or kind == 3:  # memcpy / memset
-                pid = e.pid
-                dev = a.device
-                if dev is None:
-                    dev = pid if type(pid) is int else 0
-                stream = a.stream
-                if stream is None:
-                    stream = _int_or_none(e.tid)
-                if kind == 2:
-                    M((nm, rank, dev, stream, start, end, "memcpy", _copy_kind(name), a.bytes, name, a.correlation))
-                else:
-                    M((nm, rank, dev, stream, start, end, "memset", None, a.bytes, name, a.correlation))
-                nm += 1
-                devices.add(dev)
-            elif kind == 4 or kind == 5:  # runtime / driver call
-                if a.correlation is None:
+        n_negative = 0
+        e = None
+        try:  # free until it raises: a NaN/inf ts or dur is found where it breaks, not by a check per event
+            for e in events:
+                kind = kind_of(e.cat)
+                if kind is None or e.ph != "X":
                     continue
-                pid = e.pid
-                if type(pid) is not int:
-                    pid = None
-                elif self.first_cpu_pid is None:
-                    self.first_cpu_pid = pid
-                A((na, rank, pid, _int_or_none(e.tid), start, end, name, a.correlation,
-                   "runtime" if kind == 4 else "driver"))
-                na += 1
-                if kind == 5:
-                    self.driver = True
-            else:  # 6 user_annotation, 7 gpu_user_annotation, 8 cpu_op
-                if kind == 8:
-                    if not name.startswith(_COMM_CPU_PREFIX):
-                        continue
-                    ckind = "cpu_op" if not name.startswith("ProfilerStep") else "user_annotation"
-                    args_json = self._args_json(a)
-                elif kind == 6:
-                    ckind = "user_annotation"
-                    args_json = None
+                t = e.ts
+                if t is None:
+                    continue
+                if type(t) is int:
+                    start = t * 1000
+                    int_ts = True
                 else:
-                    ckind = "gpu_user_annotation"
-                    args_json = None
-                rid = nid["cpu_ranges"]
-                nid["cpu_ranges"] = rid + 1
-                pid = _int_or_none(e.pid)
-                C((rid, rank, pid, _int_or_none(e.tid), start, end, name, ckind, pid if kind == 7 else None, args_json))
-                if kind != 7 and self.first_cpu_pid is None and pid is not None:
-                    self.first_cpu_pid = pid
+                    start = round(t * 1000)
+                    float_ts = True
+                d = e.dur
+                if d is None:
+                    end = start
+                elif type(d) is int:
+                    end = start + d * 1000
+                else:
+                    end = start + round(d * 1000)
+                if end < start:  # a negative dur: no interval to place (counted, noted, dropped)
+                    n_negative += 1
+                    continue
+                if min_ts is None or t < min_ts:
+                    min_ts = t
+                a = e.args
+                if a is None:
+                    a = empty
+                name = e.name
+                if name is None:
+                    name = ""
+                if kind == 1:  # kernel
+                    pid = e.pid
+                    dev = a.device
+                    if dev is None:
+                        dev = pid if type(pid) is int else 0
+                    stream = a.stream
+                    if stream is None:
+                        stream = _stream_of(e.tid)
+                    g = a.grid
+                    if g is None or len(g) != 3:
+                        g = _NONE3
+                    b = a.block
+                    if b is None or len(b) != 3:
+                        b = _NONE3
+                    K((nk, rank, dev, stream, start, end, name, a.correlation, g[0], g[1], g[2], b[0], b[1], b[2],
+                       a.graph_id))
+                    devices.add(dev)
+                    is_comm = comm_cache.get(name)
+                    if is_comm is None:
+                        is_comm = comm_cache[name] = bool(_COMM_KERNEL_RE.search(name[5:] if name.startswith("void ") else name))
+                    if is_comm or a.coll is not None:
+                        self._stage_kernel_args(nk, e, a, start, end, dev)
+                    nk += 1
+                elif kind == 2 or kind == 3:  # memcpy / memset
+                    pid = e.pid
+                    dev = a.device
+                    if dev is None:
+                        dev = pid if type(pid) is int else 0
+                    stream = a.stream
+                    if stream is None:
+                        stream = _stream_of(e.tid)
+                    if kind == 2:
+                        M((nm, rank, dev, stream, start, end, "memcpy", _copy_kind(name), a.bytes, name, a.correlation))
+                    else:
+                        M((nm, rank, dev, stream, start, end, "memset", None, a.bytes, name, a.correlation))
+                    nm += 1
+                    devices.add(dev)
+                elif kind == 4 or kind == 5:  # runtime / driver call
+                    if a.correlation is None:
+                        continue
+                    pid = e.pid
+                    if type(pid) is not int:
+                        pid = None
+                    elif self.first_cpu_pid is None:
+                        self.first_cpu_pid = pid
+                    A((na, rank, pid, _int_or_none(e.tid), start, end, name, a.correlation,
+                       "runtime" if kind == 4 else "driver"))
+                    na += 1
+                    if kind == 5:
+                        self.driver = True
+                else:  # 6 user_annotation, 7 gpu_user_annotation, 8 cpu_op
+                    if kind == 8:
+                        if not name.startswith(_COMM_CPU_PREFIX):
+                            continue
+                        ckind = "cpu_op" if not name.startswith("ProfilerStep") else "user_annotation"
+                        args_json = self._args_json(a)
+                    elif kind == 6:
+                        ckind = "user_annotation"
+                        # nccl:*/gloo:* annotations carry the collective's input shapes (PyTorch < 2.2)
+                        args_json = self._args_json(a) if name.startswith(_COMM_ANNOTATION_PREFIX) else None
+                    else:
+                        ckind = "gpu_user_annotation"
+                        args_json = None
+                    rid = nid["cpu_ranges"]
+                    nid["cpu_ranges"] = rid + 1
+                    pid = _int_or_none(e.pid)
+                    C((rid, rank, pid, _int_or_none(e.tid), start, end, name, ckind, pid if kind == 7 else None, args_json))
+                    if kind != 7 and self.first_cpu_pid is None and pid is not None:
+                        self.first_cpu_pid = pid
+        except (ValueError, OverflowError, TypeError) as err:  # e is the event that broke it
+            raise BadValue(_describe_bad_event(e, err)) from None
+        self.n_negative_dur += n_negative
         nid["kernels"], nid["mem_ops"], nid["api_calls"] = nk, nm, na
         self.min_ts = min_ts
         self.int_ts |= int_ts
@@ -423,7 +547,7 @@ class _State:
 
     @staticmethod
     def _args_json(a: Args) -> str | None:
-        b = _encode(a)
+        b = _encode(_canonical_args(a))
         return None if b == b"{}" else b.decode()
 
     def _stage_kernel_args(self, kid: int, e: Event, a: Args, start: int, end: int, dev: int) -> None:
@@ -438,21 +562,10 @@ class _State:
         rid = self.next_id["cpu_ranges"]
         self.next_id["cpu_ranges"] = rid + 1
         self.rows["cpu_ranges"].append((rid, self.rank, None, kid, start, end, e.name or "", "_kernel_args", dev,
-                                        _encode(a).decode()))
+                                        _encode(_canonical_args(a)).decode()))
 
 
 # ---------------------------------------------------------------------------------------------- rank
-
-
-_RANK_IN_NAME = [re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)", re.I), re.compile(r"^worker[-_]?(\d+)(?:[^0-9]|$)", re.I)]
-
-
-def rank_from_file_name(name: str) -> int | None:
-    for rx in _RANK_IN_NAME:
-        m = rx.search(name)
-        if m:
-            return int(m.group(1))
-    return None
 
 
 def _dist_info(header: dict, trailer: dict) -> dict:
@@ -460,16 +573,60 @@ def _dist_info(header: dict, trailer: dict) -> dict:
     return d if isinstance(d, dict) else {}
 
 
-def _resolve_rank(path: Path, options: ReadOptions, dist: dict) -> tuple[int, str]:
-    if options.rank is not None:
-        return int(options.rank), "cli"
-    r = _to_int(dist.get("rank"))
-    if r is not None and r >= 0:
-        return r, "distributedInfo"
-    r = rank_from_file_name(path.name)
-    if r is not None:
-        return r, "file_name"
-    return 0, "process_order"
+def _resolve_rank(path: Path, options: ReadOptions, dist: dict) -> Ranks:
+    recorded = {}
+    for key in ("rank", "world_size"):
+        v = dist.get(key)
+        n = _to_int(v)
+        if v is not None and (n is None or not (0 if key == "rank" else 1) <= n < 2**31):
+            raise InputError(f"has distributedInfo.{key} = {_to_str(v)[:40]}, which is not a {key.replace('_', ' ')}",
+                             path=str(path), hint="pass --rank and --world-size to ingest it")
+        recorded[key] = n
+    return resolve_ranks(path.name, options, [recorded["rank"]], "distributedInfo", [recorded["world_size"]])
+
+
+# ---------------------------------------------------------------------------------------------- distributedInfo
+
+PROCESS_GROUPS_SCHEMA = pa.schema([("rank", pa.int32()), ("pg_name", pa.string()), ("pg_desc", pa.string()),
+                                   ("group_size", pa.int32()), ("pg_ranks", pa.list_(pa.int32())),
+                                   ("backend", pa.string())])
+
+
+def _rank_list(v) -> list[int] | None:
+    """pg_config 'ranks': a list, or (Kineto's on-demand writer) a string like '[0, 1]'."""
+    if isinstance(v, str):
+        try:
+            v = orjson.loads(v)
+        except orjson.JSONDecodeError:
+            return None
+    if isinstance(v, list) and v and all(type(x) is int for x in v):
+        return v
+    return None
+
+
+def _process_groups(dist: dict) -> list[dict]:
+    """distributedInfo.pg_config entries (a list, or a dict keyed by group name in some writers)."""
+    cfg = dist.get("pg_config")
+    if isinstance(cfg, dict):
+        cfg = [dict(v, pg_name=v.get("pg_name", k)) if isinstance(v, dict) else None for k, v in cfg.items()]
+    out = []
+    for g in cfg if isinstance(cfg, list) else []:
+        if not isinstance(g, dict) or g.get("pg_name") is None:
+            continue
+        ranks = _rank_list(g.get("ranks"))
+        size = _to_int(g.get("pg_size"))
+        out.append({"pg_name": _to_str(g["pg_name"]), "pg_desc": _to_str(g.get("pg_desc", g.get("uid"))),
+                    "group_size": size if size is not None and 0 < size < 2**31 else (len(ranks) if ranks else None),
+                    "pg_ranks": ranks, "backend": _to_str(g.get("backend_config"))})
+    return out
+
+
+def _comm_library_version(dist: dict, rocm: bool) -> str | None:
+    """distributedInfo.nccl_version; on ROCm builds PyTorch's NCCL backend is RCCL."""
+    v = dist.get("nccl_version")
+    if v is None or v == "":
+        return None
+    return f"{'RCCL' if rocm else 'NCCL'} {_to_str(v)}"
 
 
 # ---------------------------------------------------------------------------------------------- read
@@ -477,6 +634,7 @@ def _resolve_rank(path: Path, options: ReadOptions, dist: dict) -> tuple[int, st
 
 def _process(events, rank: int) -> tuple[dict[str, pa.Table], "_State"]:
     st = _State(rank)
+    st.invalid_utf8 = getattr(events, "invalid_utf8", False)
     st.add_events(events)
     tables = {b.table: b.data for b in st.flush()}
     st.comm_name_cache = {}
@@ -534,8 +692,9 @@ class _Totals:
             tot.next_id[t] += st.next_id[t]
         tot.devices |= st.devices
         tot.n_events += st.n_events
+        tot.n_negative_dur += st.n_negative_dur
         for flag in ("float_ts", "int_ts", "kernel_coll_args", "kernel_pg_args", "kernel_p2p_args", "kernel_seq",
-                     "driver"):
+                     "driver", "invalid_utf8"):
             setattr(tot, flag, getattr(tot, flag) or getattr(st, flag))
         if tot.first_cpu_pid is None:
             tot.first_cpu_pid = st.first_cpu_pid
@@ -553,7 +712,7 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     src = iter_raw(path, block, limits)
     _, header = next(src)
     out["header"] = header
-    rank, _ = _resolve_rank(path, options, _dist_info(header, {}))
+    rank = _resolve_rank(path, options, _dist_info(header, {})).ranks[0]
     totals = _Totals(rank)
     out["totals"] = totals
     nworkers = _workers(path, options)
@@ -615,23 +774,51 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-    events, trailer = finish(pending + tail if pending else tail, path)
+    events, trailer, out["invalid_utf8"] = finish(pending + tail if pending else tail, path)
     out["trailer"] = trailer
     if events:
         yield from totals.merge(*_process([ev for ev in map(_tolerant_event, events) if ev is not None], rank))
 
 
+_HINT_BAD_VALUE = "the trace is damaged or was edited: export it again from the profiler"
+
+
 def read(path, options: ReadOptions | None = None, *, block: int = BLOCK) -> Iterator[Batch]:
     path = Path(path)
-    options = options or ReadOptions()
+    try:
+        yield from _read(path, options or ReadOptions(), block)
+    except BadValue as e:
+        raise InputError(str(e), path=str(path), hint=_HINT_BAD_VALUE) from None
+    except RecursionError:
+        raise InputError("has JSON nested deeper than any trace", path=str(path), hint=_HINT_BAD_VALUE) from None
+
+
+def _base_time_ns(header: dict, trailer: dict) -> int | None:
+    v = trailer.get("baseTimeNanoseconds", header.get("baseTimeNanoseconds"))
+    if v is None:
+        return None
+    n = _to_int(v)
+    if n is None or not -(2**63) <= n < 2**63:
+        raise BadValue(f"has baseTimeNanoseconds {_to_str(v)[:40]}, which is not an epoch time in ns")
+    return n
+
+
+def _read(path: Path, options: ReadOptions, block: int) -> Iterator[Batch]:
     out: dict = {}
     yield from _read_events(path, options, block, out)
     header, trailer = out["header"], out["trailer"]
     state = out["totals"].st
     dist = _dist_info(header, trailer)
-    rank, rank_source = _resolve_rank(path, options, dist)  # the final word (distributedInfo may be in the trailer)
-    base = _to_int(trailer.get("baseTimeNanoseconds", header.get("baseTimeNanoseconds")))
+    ranks = _resolve_rank(path, options, dist)  # the final word (distributedInfo may be in the trailer)
+    rank, rank_source, world = ranks.ranks[0], ranks.source, ranks.world_sizes[0]
+    base = _base_time_ns(header, trailer)
     notes = []
+    if state.n_negative_dur:
+        notes.append(("warning", "negative_dur", f"{state.n_negative_dur} events with a negative dur were dropped "
+                      "(they place no interval on the timeline)"))
+    if out.get("invalid_utf8") or state.invalid_utf8:
+        notes.append(("warning", "invalid_utf8", "the trace holds bytes that are not UTF-8: they were read as U+FFFD "
+                      "(names that hold them may not match other ranks)"))
     if base is None:
         base = 0
         if state.min_ts is not None and state.min_ts < 1e14:  # < 1973 as epoch µs: relative ts without a base
@@ -658,13 +845,21 @@ def read(path, options: ReadOptions | None = None, *, block: int = BLOCK) -> Ite
             markers.append(f"{k} {header.get(k, trailer.get(k))}")
     sv = header.get("schemaVersion", trailer.get("schemaVersion"))
     yield Batch("files", pa.table({
+        "comm_library_version": pa.array([_comm_library_version(
+            dist, rocm=any(k in header or k in trailer for k in ("roctracer_version", "hip_runtime_version")))],
+            pa.string()),
         "format_version": pa.array([f"schemaVersion {sv}" if sv is not None else None], pa.string()),
         "producer": pa.array([", ".join(markers) or None], pa.string()),
         "host": pa.array([None], pa.string()),
         "clock_rule": pa.array([clock_rule], pa.string()),
         "clock_offset_ns": pa.array([base], pa.int64()),
     }))
-    world = _to_int(dist.get("world_size"))
+    if ranks.world_from_cli:
+        notes.append(("info", "world_size_from_cli", f"world size {world} given with --world-size"))
+    groups = _process_groups(dist)
+    if groups:
+        yield Batch("process_groups", pa.Table.from_pylist(
+            [dict(g, rank=rank) for g in groups], schema=PROCESS_GROUPS_SCHEMA))
     yield Batch("ranks", pa.table({
         "rank": pa.array([rank], pa.int32()), "pid": pa.array([state.first_cpu_pid], pa.int64()),
         "host": pa.array([None], pa.string()), "world_size": pa.array([world], pa.int32()),
@@ -705,32 +900,23 @@ def read(path, options: ReadOptions | None = None, *, block: int = BLOCK) -> Ite
 
 _TABLES = ("kernels", "mem_ops", "api_calls", "cpu_ranges")
 
-# fields of a Kineto args JSON (kernel args or record_param_comms) in canonical units; `a` is the JSON column
-_FIELDS = """
-    canonical_collective(a->>'Collective name') AS coll,
-    lower(a->>'Collective name') = 'wait' AS is_wait,
-    coalesce(TRY_CAST(a->>'In msg nelems' AS BIGINT), TRY_CAST(a->>'In msg size' AS BIGINT)) AS in_n,
-    coalesce(TRY_CAST(a->>'Out msg nelems' AS BIGINT), TRY_CAST(a->>'Out msg size' AS BIGINT)) AS out_n,
-    canonical_dtype(a->>'dtype') AS dtype,
-    TRY_CAST(a->>'Group size' AS INTEGER) AS group_size,
-    coalesce(a->>'Process Group Name', a->>'Process Group ID') AS pg_name,
-    a->>'Process Group Description' AS pg_desc,
-    CASE WHEN json_type(a->'Process Group Ranks') = 'VARCHAR' THEN TRY_CAST(a->>'Process Group Ranks' AS INTEGER[])
-         ELSE TRY_CAST(CAST(a->'Process Group Ranks' AS VARCHAR) AS INTEGER[]) END AS pg_ranks,
-    TRY_CAST(a->>'Src Rank' AS INTEGER) AS src_rank,
-    TRY_CAST(a->>'Dst Rank' AS INTEGER) AS dst_rank,
-    TRY_CAST(a->>'Seq' AS BIGINT) AS seq,
-    a->>'Comms Id' AS comm_id,
-    TRY_CAST(a->>'External id' AS BIGINT) AS ext_id,
-    canonical_dtype((a->'Input type')->>0) AS dims_dtype,
-    list_aggregate(TRY_CAST(CAST((a->'Input Dims')->0 AS VARCHAR) AS BIGINT[]), 'product') AS dims_nelems
-"""
+def _collectives_without_kernels(con, fid: int) -> int:
+    """record_param_comms operations that no communication kernel links to (by External id or launch nesting)."""
+    return con.execute("""
+      WITH rec AS (SELECT * FROM _kineto_comm_records($fid)),
+      linked AS (
+        SELECT unnest([e1, e2, e3, e4]) AS range_id FROM _kineto_launch_chain($fid)
+        UNION SELECT x.range_id FROM rec x JOIN rec k ON k.kind = '_kernel_args' AND x.ext_id = k.ext_id
+                                                  AND x.kind = 'cpu_op')
+      SELECT count(*) FROM rec
+      WHERE name = 'record_param_comms' AND NOT is_wait AND coll IS NOT NULL
+        AND range_id NOT IN (SELECT range_id FROM linked WHERE range_id IS NOT NULL)""", {"fid": fid}).fetchone()[0]
 
 
 def finalize(con, file_id: int) -> None:
     fid = int(file_id)
     idbase = fid << 40
-    off, = con.execute("SELECT coalesce(clock_offset_ns, 0) FROM files WHERE file_id = ?", [fid]).fetchone()
+    off, path = con.execute("SELECT coalesce(clock_offset_ns, 0), path FROM files WHERE file_id = ?", [fid]).fetchone()
     rank, = con.execute("SELECT rank FROM ranks WHERE file_id = ? LIMIT 1", [fid]).fetchone()
     for t in _TABLES:
         sets = []
@@ -740,168 +926,30 @@ def finalize(con, file_id: int) -> None:
         if stale:
             sets.append(f"rank = {rank}")
         if sets:
-            con.execute(f"UPDATE {t} SET {', '.join(sets)} WHERE file_id = {fid}")
+            try:
+                con.execute(f"UPDATE {t} SET {', '.join(sets)} WHERE file_id = {fid}")
+            except duckdb.OutOfRangeException:
+                raise InputError(f"has timestamps that overflow int64 nanoseconds once baseTimeNanoseconds ({off}) "
+                                 "is added", path=path, hint=_HINT_BAD_VALUE) from None
     if con.execute(f"SELECT count(*) FROM (SELECT 1 FROM devices WHERE file_id = {fid} AND rank <> {rank} LIMIT 1)").fetchone()[0]:
         con.execute(f"UPDATE devices SET rank = {rank} WHERE file_id = {fid}")
 
-    con.execute(f"""
-    CREATE OR REPLACE TEMP TABLE _kt_ck AS
-    SELECT k.kernel_id, k.rank, k.correlation_id, k.short_name, k.start_ns, k.end_ns
-    FROM kernels k WHERE k.file_id = {fid} AND k.kernel_class = 'communication';
-
-    CREATE OR REPLACE TEMP TABLE _kt_ka AS
-    SELECT {idbase} + kidx AS kernel_id, TRY_CAST(a->>'correlation' AS BIGINT) AS corr, {_FIELDS}
-    FROM (SELECT tid AS kidx, args AS a FROM cpu_ranges WHERE file_id = {fid} AND kind = '_kernel_args');
-
-    CREATE OR REPLACE TEMP TABLE _kt_rpc AS
-    SELECT range_id, pid, tid, start_ns, end_ns, {_FIELDS}
-    FROM (SELECT *, args AS a FROM cpu_ranges WHERE file_id = {fid} AND kind = 'cpu_op' AND name = 'record_param_comms');
-
-    -- launch of each comm kernel (correlation -> runtime/driver call)
-    CREATE OR REPLACE TEMP TABLE _kt_launch AS
-    SELECT ck.kernel_id, c.pid, c.tid, c.start_ns, c.end_ns
-    FROM _kt_ck ck JOIN (SELECT correlation_id, arg_min(pid, start_ns) AS pid, arg_min(tid, start_ns) AS tid,
-                                min(start_ns) AS start_ns, min(end_ns) AS end_ns
-                         FROM api_calls WHERE file_id = {fid} GROUP BY correlation_id) c
-      ON c.correlation_id = ck.correlation_id;
-
-    CREATE OR REPLACE TEMP TABLE _kt_ann AS
-    SELECT pid, tid, start_ns, end_ns, name, canonical_collective(name) AS coll
-    FROM cpu_ranges WHERE file_id = {fid} AND kind IN ('user_annotation', 'cpu_op')
-      AND (name LIKE 'nccl:%' OR name LIKE 'gloo:%') AND pid IS NOT NULL AND tid IS NOT NULL;
-
-    CREATE OR REPLACE TEMP TABLE _kt_c10d AS
-    SELECT pid, tid, start_ns, end_ns, name, canonical_collective(name) AS coll
-    FROM cpu_ranges WHERE file_id = {fid} AND kind = 'cpu_op' AND name LIKE 'c10d::%'
-      AND pid IS NOT NULL AND tid IS NOT NULL;
-    """)
-    # innermost enclosing range of each class on the launching thread (ASOF: latest start <= launch start)
-    con.execute(f"""
-    CREATE OR REPLACE TEMP TABLE _kt_encl AS
-    WITH ann AS (
-      SELECT l.kernel_id, r.coll AS ann_coll
-      FROM _kt_launch l ASOF JOIN _kt_ann r ON l.pid = r.pid AND l.tid = r.tid AND l.start_ns >= r.start_ns
-      WHERE r.end_ns >= l.end_ns AND r.coll IS NOT NULL),
-    c10d AS (
-      SELECT l.kernel_id, r.coll AS c10d_coll
-      FROM _kt_launch l ASOF JOIN _kt_c10d r ON l.pid = r.pid AND l.tid = r.tid AND l.start_ns >= r.start_ns
-      WHERE r.end_ns >= l.end_ns AND r.coll IS NOT NULL),
-    rpc AS (
-      SELECT l.kernel_id, r.range_id AS rpc_range
-      FROM _kt_launch l ASOF JOIN (SELECT * FROM _kt_rpc WHERE NOT coalesce(is_wait, false)) r
-        ON l.pid = r.pid AND l.tid = r.tid AND l.start_ns >= r.start_ns
-      WHERE r.end_ns >= l.end_ns)
-    SELECT ck.kernel_id, ann.ann_coll, c10d.c10d_coll, rpc.rpc_range
-    FROM _kt_ck ck LEFT JOIN ann USING (kernel_id) LEFT JOIN c10d USING (kernel_id) LEFT JOIN rpc USING (kernel_id);
-    """)
-    con.execute(f"""
-    INSERT INTO comm_ops BY NAME
-    WITH j AS (
-      SELECT ck.kernel_id, ck.rank, ck.short_name,
-        ka.coll AS k_coll, ka.in_n AS k_in, ka.out_n AS k_out, ka.dtype AS k_dtype, ka.group_size AS k_gs,
-        ka.pg_name AS k_pg, ka.pg_desc AS k_pgd, ka.pg_ranks AS k_pgr, ka.src_rank AS k_src, ka.dst_rank AS k_dst,
-        ka.seq AS k_seq, ka.comm_id AS k_cid,
-        x.coll AS x_coll, x.in_n AS x_in, x.out_n AS x_out, x.dtype AS x_dtype, x.group_size AS x_gs,
-        x.pg_name AS x_pg, x.pg_desc AS x_pgd, x.pg_ranks AS x_pgr, x.src_rank AS x_src, x.dst_rank AS x_dst,
-        x.seq AS x_seq, x.comm_id AS x_cid, x.dims_nelems AS x_dn, x.dims_dtype AS x_dd,
-        e.ann_coll, e.c10d_coll,
-        r.coll AS r_coll, r.in_n AS r_in, r.out_n AS r_out, r.dtype AS r_dtype, r.group_size AS r_gs,
-        r.pg_name AS r_pg, r.pg_desc AS r_pgd, r.pg_ranks AS r_pgr, r.src_rank AS r_src, r.dst_rank AS r_dst,
-        r.seq AS r_seq, r.comm_id AS r_cid, r.dims_nelems AS r_dn, r.dims_dtype AS r_dd
-      FROM _kt_ck ck
-      LEFT JOIN _kt_ka ka ON ka.kernel_id = ck.kernel_id
-      LEFT JOIN (SELECT * FROM _kt_rpc WHERE NOT coalesce(is_wait, false) AND ext_id IS NOT NULL
-                 QUALIFY row_number() OVER (PARTITION BY ext_id ORDER BY start_ns DESC) = 1) x
-        ON x.ext_id = ka.ext_id AND ka.ext_id IS DISTINCT FROM ka.corr
-      LEFT JOIN _kt_encl e ON e.kernel_id = ck.kernel_id
-      LEFT JOIN _kt_rpc r ON r.range_id = e.rpc_range
-    ),
-    s AS (
-      SELECT *,
-        coalesce(k_coll, x_coll, r_coll, ann_coll, c10d_coll, kernel_name_collective(short_name), 'unknown') AS collective,
-        CASE WHEN k_coll IS NOT NULL THEN 'kernel_args' WHEN x_coll IS NOT NULL OR r_coll IS NOT NULL THEN 'record_param_comms'
-             WHEN ann_coll IS NOT NULL OR c10d_coll IS NOT NULL THEN 'launch_annotation' ELSE 'kernel_name' END
-          AS collective_source,
-        -- size source: first of kernel args, External-id record_param_comms, enclosing record_param_comms
-        CASE WHEN k_in IS NOT NULL OR k_out IS NOT NULL THEN 'k'
-             WHEN x_in IS NOT NULL OR x_out IS NOT NULL THEN 'x'
-             WHEN r_in IS NOT NULL OR r_out IS NOT NULL THEN 'r'
-             WHEN x_dn IS NOT NULL AND x_dd IS NOT NULL THEN 'xd'
-             WHEN r_dn IS NOT NULL AND r_dd IS NOT NULL THEN 'rd' END AS ss,
-        CASE WHEN k_gs IS NOT NULL OR k_pg IS NOT NULL OR k_pgr IS NOT NULL THEN 'k'
-             WHEN x_gs IS NOT NULL OR x_pg IS NOT NULL OR x_pgr IS NOT NULL THEN 'x'
-             WHEN r_gs IS NOT NULL OR r_pg IS NOT NULL OR r_pgr IS NOT NULL THEN 'r' END AS gsrc,
-        CASE WHEN k_src IS NOT NULL OR k_dst IS NOT NULL THEN 'k'
-             WHEN x_src IS NOT NULL OR x_dst IS NOT NULL THEN 'x'
-             WHEN r_src IS NOT NULL OR r_dst IS NOT NULL THEN 'r' END AS psrc
-      FROM j
-    ),
-    g AS (
-      SELECT *,
-        CASE gsrc WHEN 'k' THEN k_gs WHEN 'x' THEN x_gs WHEN 'r' THEN r_gs END AS gs0,
-        CASE gsrc WHEN 'k' THEN k_pg WHEN 'x' THEN x_pg WHEN 'r' THEN r_pg END AS pg_name,
-        CASE gsrc WHEN 'k' THEN k_pgd WHEN 'x' THEN x_pgd WHEN 'r' THEN r_pgd END AS pg_desc,
-        CASE gsrc WHEN 'k' THEN k_pgr WHEN 'x' THEN x_pgr WHEN 'r' THEN r_pgr END AS pgr0,
-        CASE ss WHEN 'k' THEN k_dtype WHEN 'x' THEN x_dtype WHEN 'r' THEN r_dtype WHEN 'xd' THEN x_dd WHEN 'rd' THEN r_dd END
-          AS dtype,
-        CASE ss WHEN 'k' THEN k_in WHEN 'x' THEN x_in WHEN 'r' THEN r_in END AS in_n,
-        CASE ss WHEN 'k' THEN k_out WHEN 'x' THEN x_out WHEN 'r' THEN r_out END AS out_n,
-        CASE ss WHEN 'xd' THEN x_dn WHEN 'rd' THEN r_dn END AS dims_n,
-        CASE psrc WHEN 'k' THEN (CASE WHEN collective = 'recv' THEN k_src ELSE k_dst END)
-                  WHEN 'x' THEN (CASE WHEN collective = 'recv' THEN x_src ELSE x_dst END)
-                  WHEN 'r' THEN (CASE WHEN collective = 'recv' THEN r_src ELSE r_dst END) END AS peer0,
-        coalesce(k_seq, x_seq, r_seq) AS seq,
-        coalesce(k_cid, x_cid, r_cid) AS comm_id
-      FROM s
-    ),
-    b AS (
-      SELECT *,
-        nullif(pgr0, []::INTEGER[]) AS pg_ranks,
-        coalesce(gs0, CASE WHEN len(pgr0) > 0 THEN len(pgr0) END) AS group_size,
-        dtype_bytes(dtype) AS db
-      FROM g
-    ),
-    z AS (
-      SELECT *,
-        CASE WHEN in_n IS NOT NULL OR out_n IS NOT NULL THEN in_n * db
-             WHEN dims_n IS NOT NULL THEN (CASE WHEN collective = 'recv' THEN NULL ELSE dims_n * db END) END AS in_bytes,
-        CASE WHEN in_n IS NOT NULL OR out_n IS NOT NULL THEN out_n * db
-             WHEN dims_n IS NOT NULL THEN (CASE
-               WHEN collective IN ('all_reduce', 'broadcast', 'all_to_all', 'recv') THEN dims_n * db
-               WHEN collective = 'all_gather' THEN dims_n * db * group_size
-               WHEN collective = 'reduce_scatter' THEN dims_n * db // group_size END) END AS out_bytes
-      FROM b
-    ),
-    p AS (  -- point-to-point: a send has no output buffer, a recv no input buffer (as NCCL's payloads say)
-      SELECT * REPLACE (CASE WHEN collective = 'recv' THEN NULL ELSE in_bytes END AS in_bytes,
-                        CASE WHEN collective = 'send' THEN NULL ELSE out_bytes END AS out_bytes)
-      FROM z
-    ),
-    m AS (
-      SELECT *,
-        CASE WHEN collective IN ('all_gather', 'recv') THEN out_bytes
-             WHEN collective = 'unknown' THEN coalesce(in_bytes, out_bytes)
-             ELSE in_bytes END AS msg_bytes
-      FROM p
-    )
-    SELECT kernel_id, {fid} AS file_id, rank, collective,
-      CASE WHEN db > 0 THEN msg_bytes // db END AS element_count,
-      dtype, in_bytes, out_bytes, msg_bytes, group_size, pg_name, pg_desc, pg_ranks,
-      CASE WHEN collective IN ('send', 'recv') THEN peer0 END AS peer_rank,
-      seq, comm_id, 1 AS n_ops, collective_source,
-      CASE ss WHEN 'k' THEN 'kernel_args' WHEN 'x' THEN 'record_param_comms' WHEN 'r' THEN 'record_param_comms'
-              WHEN 'xd' THEN 'input_dims' WHEN 'rd' THEN 'input_dims' END AS size_source,
-      CASE gsrc WHEN 'k' THEN 'kernel_args' WHEN 'x' THEN 'record_param_comms' WHEN 'r' THEN 'record_param_comms' END
-        AS group_source,
-      CASE WHEN collective IN ('send', 'recv') AND peer0 IS NOT NULL THEN
-        (CASE psrc WHEN 'k' THEN 'kernel_args' ELSE 'record_param_comms' END) END AS peer_source
-    FROM m
-    """)
-    n_comm, n_nosize, n_unknown, n_kargs = con.execute(f"""
+    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _kineto_comm_ops(?)", [fid])
+    n_comm, n_nosize, n_unknown, n_kargs, n_assumed = con.execute(f"""
       SELECT count(*), count(*) FILTER (WHERE msg_bytes IS NULL), count(*) FILTER (WHERE collective = 'unknown'),
-             count(*) FILTER (WHERE collective_source = 'kernel_args')
+             count(*) FILTER (WHERE collective_source = 'kernel_args'),
+             count(*) FILTER (WHERE group_source = 'assumed_world_size')
       FROM comm_ops WHERE file_id = {fid}""").fetchone()
     notes = []
+    if n_assumed:
+        notes.append(("info", "assumed_group_size",
+                      f"{n_assumed} of {n_comm} communication kernels record no process group; the trace shows only "
+                      "the default group, so its size was assumed to be the world size"))
+    n_cpu_only = _collectives_without_kernels(con, fid)
+    if n_cpu_only:
+        notes.append(("info", "collectives_without_kernels",
+                      f"{n_cpu_only} collectives recorded on the CPU launched no communication kernel (e.g. a "
+                      "size-1 group, or a backend without GPU kernels); they are not in comm_ops"))
     if n_nosize:
         notes.append(("warning", "no_msg_sizes",
                       f"{n_nosize} of {n_comm} communication kernels have no message size: profile with "
@@ -916,5 +964,3 @@ def finalize(con, file_id: int) -> None:
     for sev, code, msg in notes:
         con.execute("INSERT INTO ingest_notes VALUES (?, ?, ?, ?, ?)", [fid, rank, sev, code, msg])
     con.execute(f"DELETE FROM cpu_ranges WHERE file_id = {fid} AND kind = '_kernel_args'")
-    for t in ("_kt_ck", "_kt_ka", "_kt_rpc", "_kt_launch", "_kt_ann", "_kt_c10d", "_kt_encl"):
-        con.execute(f"DROP TABLE IF EXISTS {t}")

@@ -17,6 +17,7 @@ import json
 import re
 import zlib
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Iterator
 
@@ -169,10 +170,14 @@ def _split(buf: bytes, path: Path, consumed: int, decode) -> tuple[int, object]:
     return -1, None
 
 
-def _finish(buf: bytes, path: Path) -> tuple[list, dict]:
-    """The last piece: zero or more events, ']', then the trailer. Decoded with raw_decode, event by event."""
-    text = buf.decode("utf-8", errors="replace")
-    dec = json.JSONDecoder(strict=False)
+def _finish(buf: bytes, path: Path) -> tuple[list, dict, bool]:
+    """The last piece: zero or more events, ']', then the trailer. Decoded with raw_decode, event by event; numbers
+    with a fraction as Decimal (exact epoch timestamps)."""
+    try:
+        text, replaced = buf.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, replaced = buf.decode("utf-8", errors="replace"), True
+    dec = json.JSONDecoder(strict=False, parse_float=Decimal)
     events = []
     i, n = 0, len(text)
     ws = " \t\r\n"
@@ -182,7 +187,7 @@ def _finish(buf: bytes, path: Path) -> tuple[list, dict]:
         if i >= n:
             raise InputError("is truncated JSON (the traceEvents array never ends)", path=str(path), hint=HINT_TRUNCATED)
         if text[i] == "]":
-            return events, _parse_trailer(text[i + 1:].encode(), path)
+            return events, _parse_trailer(text[i + 1:].encode(), path), replaced
         if text[i] == "," and events:
             i += 1
             continue
@@ -365,6 +370,7 @@ def split_validated(buf: bytes, path: Path, decode, max_event_bytes: int | None 
     return cut, events
 
 
-def finish(buf: bytes, path: Path) -> tuple[list, dict]:
+def finish(buf: bytes, path: Path) -> tuple[list, dict, bool]:
+    """(events, trailer, whether bytes that are not UTF-8 were replaced) of the last piece."""
     return _finish(buf, path)
 

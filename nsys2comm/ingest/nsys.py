@@ -59,6 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from .ranks import resolve_ranks
 from .base import Batch, ReadOptions
 from . import nsys_values as values
 from .nvtx_payload import PayloadDecoder
@@ -270,17 +271,12 @@ def _comm_init_ranks(ex: _Export, nccl_ids: dict[int, str], dec: PayloadDecoder)
 def _assign_ranks(path: Path, procs: dict[int, set[int]], init: dict[int, tuple[int, int]],
                   options: ReadOptions) -> tuple[dict[int, int], str, dict[int, int | None]]:
     order = sorted(procs, key=lambda g: (min(procs[g]), (g >> _PID_SHIFT) & _PID_MASK, g))
-    world: dict[int, int | None] = {g: None for g in order}
-    if options.rank is not None:
-        return {g: options.rank + i for i, g in enumerate(order)}, "cli", world
-    keys = {g: g >> _PID_SHIFT for g in order}
-    got = [init.get(keys[g]) for g in order]
-    if all(got) and len({r for r, _ in got}) == len(got):
-        return ({g: init[keys[g]][0] for g in order}, "nccl_comm_init", {g: init[keys[g]][1] for g in order})
-    m = re.search(r"rank[_-]?(\d+)", path.name, re.I)
-    if len(order) == 1 and m:
-        return {order[0]: int(m.group(1))}, "file_name", world
-    return {g: i for i, g in enumerate(order)}, "process_order", world
+    got = [init.get(g >> _PID_SHIFT) for g in order]
+    # the comm-init payloads count only when every process has one (a partial set would mix rules)
+    complete = all(got)
+    res = resolve_ranks(path.name, options, [r[0] if complete else None for r in got], "nccl_comm_init",
+                        [r[1] if complete else None for r in got])
+    return dict(zip(order, res.ranks)), res.source, dict(zip(order, res.world_sizes))
 
 
 def read(path, options: ReadOptions | None = None) -> Iterator[Batch]:

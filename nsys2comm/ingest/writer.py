@@ -9,7 +9,7 @@ from ..errors import InputError
 
 from .base import ID_COLUMNS, ID_SHIFT, Batch
 
-_FILE_COLUMNS = ("format_version", "producer", "host", "clock_rule", "clock_offset_ns")
+_FILE_COLUMNS = ("format_version", "producer", "host", "clock_rule", "clock_offset_ns", "comm_library_version")
 
 
 def insert_batch(con, file_id: int, batch: Batch) -> None:

@@ -239,6 +239,10 @@ def busbw_chart(df: pl.DataFrame) -> alt.Chart:
     d = _with_size_label(df, b).filter(pl.col(bw).is_not_null() & (pl.col(bw) > 0))
     alg = _col(df, "algbw_gbps", "algbw_GBps", "avg_algbw_gbps", "median_algbw_gbps")
     cnt = _col(df, "ops", "count", "n", "calls", "n_ops")
+    # busbw from an assumed group size (the world size of a trace that records no group) is labelled as such
+    d = d.with_columns(pl.when(pl.col("group_size_assumed"))
+                       .then(pl.col("collective") + " (group size " + pl.col("group_size").cast(pl.Utf8) + " assumed)")
+                       .otherwise(pl.col("collective")).alias("collective"))
     d = d.select("collective", "size", "size_bytes", pl.col(bw).alias("busbw_gbps"),
                  (pl.col(alg) if alg else pl.lit(None, pl.Float64)).alias("algbw_gbps"),
                  (pl.col(cnt) if cnt else pl.lit(None, pl.Int64)).alias("calls"))

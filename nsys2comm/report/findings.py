@@ -127,8 +127,10 @@ def bandwidth_findings(df: pl.DataFrame | None) -> list[Finding]:
         if g.height < 1:
             continue
         best = g.sort(bw, descending=True).row(0, named=True)
+        assumed = (f" This assumes a group of {best['group_size']} ranks (the world size): the trace records no "
+                   "process group." if best["group_size_assumed"] else "")
         out.append(Finding(f"{coll[0]} peaks at {best[bw]:.1f} GB/s bus bandwidth (messages of "
-                           f"{fmt_bytes(best[b])}+); smaller messages get less, see the curve.", "sec-busbw"))
+                           f"{fmt_bytes(best[b])}+); smaller messages get less, see the curve.{assumed}", "sec-busbw"))
     return out[:4]
 
 

@@ -11,12 +11,14 @@
 -- @column collective: Canonical collective.
 -- @column msg_bytes: Size S (bytes), NULL when unknown.
 -- @column group_size: Ranks in the communicator, when known.
+-- @column group_size_assumed: True when group_size is the world size assumed by the importer (comm_ops.group_source 'assumed_world_size'), not a recorded value.
 -- @column peer_rank: Point-to-point peer, when known.
 -- @column start_ns: Kernel start (ns).
 -- @column duration_ns: Kernel duration (ns).
 -- @column bucket_lo_bytes: Lower bound of the size bucket (bytes), NULL when the size is unknown.
 CREATE OR REPLACE MACRO _comm_sized() AS TABLE
-SELECT o.kernel_id, o.rank, o.collective, o.msg_bytes, o.group_size, o.peer_rank, k.start_ns,
+SELECT o.kernel_id, o.rank, o.collective, o.msg_bytes, o.group_size,
+       coalesce(o.group_source = 'assumed_world_size', false) AS group_size_assumed, o.peer_rank, k.start_ns,
        greatest(k.end_ns - k.start_ns, 0) AS duration_ns,
        CASE WHEN o.msg_bytes IS NULL THEN NULL WHEN o.msg_bytes <= 0 THEN 0
             ELSE CAST(1 AS BIGINT) << CAST(floor(log2(o.msg_bytes)) AS INTEGER) END AS bucket_lo_bytes
@@ -58,13 +60,14 @@ ORDER BY collective, bucket_lo_bytes NULLS LAST;
 -- @column collective: Canonical collective.
 -- @column msg_bytes: Size S (bytes).
 -- @column group_size: Ranks in the communicator, when known.
+-- @column group_size_assumed: True when group_size (and so busbw) rests on an assumed world size (see _comm_sized).
 -- @column start_ns: Kernel start (ns).
 -- @column duration_ns: Kernel duration (ns).
 -- @column algbw_gbps: msg_bytes / duration (GB/s, 1e9 B/s); NULL for zero duration.
 -- @column busbw_factor: nccl-tests factor (2(n−1)/n all_reduce, (n−1)/n all_gather/reduce_scatter/all_to_all, 1 others).
 -- @column busbw_gbps: algbw_gbps × busbw_factor (GB/s); NULL when the factor is unknown.
 CREATE OR REPLACE MACRO collective_bandwidth_by_op() AS TABLE
-SELECT kernel_id, rank, collective, msg_bytes, group_size, start_ns, duration_ns,
+SELECT kernel_id, rank, collective, msg_bytes, group_size, group_size_assumed, start_ns, duration_ns,
        (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns END)::DOUBLE AS algbw_gbps,
        busbw_factor(collective, group_size)::DOUBLE AS busbw_factor,
        (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns * busbw_factor(collective, group_size) END)::DOUBLE
@@ -79,6 +82,7 @@ ORDER BY rank, start_ns, kernel_id;
 -- (see diagnostics).
 -- @column collective: Canonical collective.
 -- @column group_size: Ranks in the communicator, when known.
+-- @column group_size_assumed: True when the group size (and so busbw) is the assumed world size of a trace that records no group, not a recorded value.
 -- @column bucket_lo_bytes: Bucket lower bound, inclusive (bytes).
 -- @column bucket_hi_bytes: Bucket upper bound, exclusive (bytes).
 -- @column ops: Operations in the bucket.
@@ -89,12 +93,12 @@ ORDER BY rank, start_ns, kernel_id;
 -- @column median_busbw_gbps: Median per-operation bus bandwidth (GB/s).
 -- @column max_busbw_gbps: Maximum per-operation bus bandwidth (GB/s).
 CREATE OR REPLACE MACRO collective_bandwidth() AS TABLE
-SELECT c.collective, c.group_size, s.bucket_lo_bytes,
+SELECT c.collective, c.group_size, c.group_size_assumed, s.bucket_lo_bytes,
        CASE WHEN s.bucket_lo_bytes = 0 THEN 1 ELSE s.bucket_lo_bytes * 2 END AS bucket_hi_bytes,
        count(*) AS ops, CAST(sum(c.msg_bytes) AS BIGINT) AS total_bytes, CAST(sum(c.duration_ns) AS BIGINT) AS total_ns,
        (sum(c.msg_bytes) / nullif(sum(c.duration_ns), 0))::DOUBLE AS algbw_gbps,
        (sum(c.msg_bytes) / nullif(sum(c.duration_ns), 0) * any_value(c.busbw_factor))::DOUBLE AS busbw_gbps,
        median(c.busbw_gbps)::DOUBLE AS median_busbw_gbps, max(c.busbw_gbps)::DOUBLE AS max_busbw_gbps
 FROM collective_bandwidth_by_op() c JOIN _comm_sized() s USING (kernel_id)
-GROUP BY c.collective, c.group_size, s.bucket_lo_bytes
-ORDER BY c.collective, c.group_size NULLS LAST, s.bucket_lo_bytes;
+GROUP BY c.collective, c.group_size, c.group_size_assumed, s.bucket_lo_bytes
+ORDER BY c.collective, c.group_size NULLS LAST, c.group_size_assumed, s.bucket_lo_bytes;

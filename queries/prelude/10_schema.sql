@@ -18,6 +18,7 @@
 -- @column clock_rule: How this file's timestamps were mapped onto the job timeline, in words.
 -- @column clock_offset_ns: Nanoseconds added to the file's raw timestamps to reach the job timeline.
 -- @column ingested_at: Wall-clock time of the ingest (UTC).
+-- @column comm_library_version: Communication library and version the trace states (e.g. 'NCCL 2.17.1'), else NULL.
 CREATE TABLE IF NOT EXISTS files (
   file_id INTEGER PRIMARY KEY,
   path VARCHAR NOT NULL,
@@ -29,8 +30,11 @@ CREATE TABLE IF NOT EXISTS files (
   host VARCHAR,
   clock_rule VARCHAR,
   clock_offset_ns BIGINT,
-  ingested_at TIMESTAMP
+  ingested_at TIMESTAMP,
+  comm_library_version VARCHAR
 );
+-- job databases written before the column existed
+ALTER TABLE files ADD COLUMN IF NOT EXISTS comm_library_version VARCHAR;
 
 -- @table ranks
 -- One row per rank (one profiled training process) in the job. Ranks are distinct job-wide.
@@ -151,7 +155,7 @@ CREATE TABLE IF NOT EXISTS mem_ops (
 -- @column kind: 'nvtx', 'user_annotation', 'gpu_user_annotation' or 'cpu_op'.
 -- @column domain: NVTX domain name (e.g. 'NCCL'); NULL for the default domain and for Kineto.
 -- @column device_id: Device for GPU-side ranges, else NULL.
--- @column args: Selected arguments as JSON (Kineto collective args; decoded NCCL payload fields), else NULL.
+-- @column args: Selected arguments as JSON (Kineto collective args under their current names: older spellings such as 'In msg size' or 'external id' are renamed; decoded NCCL payload fields), else NULL.
 CREATE TABLE IF NOT EXISTS cpu_ranges (
   range_id BIGINT PRIMARY KEY,
   file_id INTEGER NOT NULL,
@@ -215,9 +219,9 @@ CREATE TABLE IF NOT EXISTS api_calls (
 -- @column seq: Collective sequence number within its process group, when the trace records it.
 -- @column comm_id: NCCL communicator id (hash) or Kineto 'Comms Id', when known.
 -- @column n_ops: Number of API-level operations fused into this kernel (e.g. grouped send/recv), >= 1.
--- @column collective_source: Where `collective` came from: 'kernel_args', 'record_param_comms', 'launch_annotation', 'nvtx' (nsys: NCCL's NVTX API ranges), 'pytorch_nvtx' (nsys: a PyTorch emit_nvtx range 'nccl:<op>' enclosing the launch), 'kernel_name'.
+-- @column collective_source: Where `collective` came from: 'kernel_args', 'record_param_comms', 'launch_annotation' (an nccl:*/c10d::* range enclosing the launch), 'nvtx' (nsys: NCCL's NVTX API ranges), 'pytorch_nvtx' (nsys: a PyTorch emit_nvtx range 'nccl:<op>' enclosing the launch), 'kernel_name'.
 -- @column size_source: Where the sizes came from: 'kernel_args', 'record_param_comms', 'input_dims', 'nvtx_payload', 'pytorch_nvtx' (nsys: emit_nvtx 'sizes' times the element size), or NULL (unknown).
--- @column group_source: Where group_size / pg fields came from, or NULL.
+-- @column group_source: Where group_size came from: 'kernel_args', 'record_param_comms', 'launch_annotation', 'pg_config' (distributedInfo), 'nvtx_payload', or 'assumed_world_size' (no group recorded and the file shows only the default group: the world size was assumed, never a recorded value); NULL when unknown.
 -- @column peer_source: Where peer_rank came from: 'kernel_args', 'record_param_comms', 'nvtx_payload', or NULL.
 CREATE TABLE IF NOT EXISTS comm_ops (
   kernel_id BIGINT PRIMARY KEY,
@@ -241,6 +245,26 @@ CREATE TABLE IF NOT EXISTS comm_ops (
   size_source VARCHAR,
   group_source VARCHAR,
   peer_source VARCHAR
+);
+
+-- @table process_groups
+-- Process groups a trace declares (Kineto distributedInfo.pg_config), one row per file and group. comm_ops takes
+-- a group's size from here when the operation names its group but not the size.
+-- @column file_id: File that declares the group.
+-- @column rank: Rank of that file.
+-- @column pg_name: Process-group name ('0' is the default group).
+-- @column pg_desc: Description (e.g. 'default_pg'; older traces give a 'uid'), when known.
+-- @column group_size: Number of ranks in the group, when known.
+-- @column pg_ranks: Global ranks of the group, when listed.
+-- @column backend: Backend configuration (e.g. 'cuda:nccl'), when known.
+CREATE TABLE IF NOT EXISTS process_groups (
+  file_id INTEGER NOT NULL,
+  rank INTEGER,
+  pg_name VARCHAR NOT NULL,
+  pg_desc VARCHAR,
+  group_size INTEGER,
+  pg_ranks INTEGER[],
+  backend VARCHAR
 );
 
 -- @table ingest_notes

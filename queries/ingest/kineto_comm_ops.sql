@@ -1,0 +1,287 @@
+-- How the Kineto importer derives comm_ops from one file's canonical rows (private; run by ingest.kineto.finalize).
+--
+-- Every communication kernel gets its collective, sizes, group and peer from candidate records, in this order
+-- (kineto.md §1.8), each field from the first candidate that carries it:
+--   1. the kernel's own args (PyTorch >= 2.2; staged as cpu_ranges kind '_kernel_args');
+--   2. the record_param_comms op its 'External id' points at (when that id is not the correlation id);
+--   3. the ranges enclosing the kernel's launch on the launching thread, innermost first (up to four levels:
+--      nccl:*/gloo:* annotations, record_param_comms, c10d::* ops).
+-- A candidate carries a size when it has 'In/Out msg nelems' (PyTorch >= 2.2) or, failing that, an 'Input Dims'
+-- shape whose 'Input type' is a known dtype (record_shapes=True). What a shape means depends on who recorded it
+-- (see _kineto_input_shape). The group comes from the candidates, then from distributedInfo.pg_config
+-- (process_groups), then, for an operation with no recorded group when the file shows no group other than the
+-- default one, from the world size: group_source 'assumed_world_size' (never counted as a recorded value).
+-- Sizes follow comm_ops' nccl-tests convention; an all_gather size from a shape needs the group size.
+
+-- @macro _kineto_tensor_elems
+-- Per argument of an 'Input Dims'/'Input type' pair: the tensor's element count when the argument is a tensor of
+-- a known dtype with a fully known shape (a 0-d tensor counts 1), else NULL.
+-- @param dims: 'Input Dims' as BIGINT[][].
+-- @param types: 'Input type' as VARCHAR[].
+CREATE OR REPLACE MACRO _kineto_tensor_elems(dims, types) AS
+  list_transform(range(1, least(len(dims), len(types)) + 1),
+    lambda i: CASE WHEN canonical_dtype((types::VARCHAR[])[i]) IS NOT NULL AND dims[i] IS NOT NULL
+                        AND len(list_filter(dims[i], lambda d: d IS NULL OR d < 0)) = 0
+                   THEN coalesce(list_aggregate(dims[i], 'product'), 1) END);
+
+-- @macro _kineto_input_elems
+-- Elements of the input tensor(s) that an 'Input Dims'/'Input type' pair records, or NULL when it records no
+-- tensor with a known dtype. nccl:*/gloo:* ranges list the collective's input tensors (ProcessGroupNCCL's
+-- record function takes `inputs`): their elements are summed. record_param_comms (PyTorch < 2.2) lists the
+-- input tensor first. c10d::_allgather_base_, _reduce_scatter_base_ and alltoall_base_ take (output, input):
+-- the input is argument 1; other c10d ops take a TensorList first, which records no shape.
+-- @param name: Range name.
+-- @param dims: 'Input Dims' as BIGINT[][] (NULL when absent or nested deeper).
+-- @param types: 'Input type' as VARCHAR[].
+CREATE OR REPLACE MACRO _kineto_input_elems(name, dims, types) AS
+  CASE
+    WHEN name LIKE 'nccl:%' OR name LIKE 'gloo:%' THEN list_aggregate(_kineto_tensor_elems(dims, types), 'sum')
+    WHEN name IN ('c10d::_allgather_base_', 'c10d::_reduce_scatter_base_', 'c10d::alltoall_base_')
+      THEN _kineto_tensor_elems(dims, types)[2]
+    ELSE _kineto_tensor_elems(dims, types)[1] END;
+
+-- @macro _kineto_input_dtype
+-- Canonical dtype of the tensor(s) _kineto_input_elems counted: the first recorded tensor type for nccl:*/gloo:*
+-- ranges, argument 2 for the c10d (output, input) ops, else argument 1. NULL when unknown.
+-- @param name: Range name.
+-- @param types: 'Input type' as VARCHAR[].
+CREATE OR REPLACE MACRO _kineto_input_dtype(name, types) AS
+  canonical_dtype(CASE
+    WHEN name LIKE 'nccl:%' OR name LIKE 'gloo:%'
+      THEN list_filter(types::VARCHAR[], lambda x: canonical_dtype(x) IS NOT NULL)[1]
+    WHEN name IN ('c10d::_allgather_base_', 'c10d::_reduce_scatter_base_', 'c10d::alltoall_base_')
+      THEN (types::VARCHAR[])[2]
+    ELSE (types::VARCHAR[])[1] END);
+
+-- @macro _kineto_comm_records
+-- One file's communication records with their args in canonical units: staged kernel args
+-- (kind '_kernel_args', tid = the kernel's index in the file) and the CPU ranges that may describe a collective.
+-- @param fid: File id.
+-- @column range_id: cpu_ranges.range_id.
+-- @column kind: cpu_ranges.kind.
+-- @column name: Range name.
+-- @column pid: Process id.
+-- @column tid: Thread id (kernel index in the file for staged kernel args).
+-- @column start_ns: Start (ns).
+-- @column end_ns: End (ns).
+-- @column coll: Canonical collective from 'Collective name' or from the range name; NULL when neither names one.
+-- @column is_wait: True for record_param_comms 'wait' records (not an operation).
+-- @column in_n: 'In msg nelems' (element count; the importer renames the older 'In msg size').
+-- @column out_n: 'Out msg nelems' (likewise).
+-- @column nelems_dtype: Canonical 'dtype'.
+-- @column shape_n: Input elements from 'Input Dims' (_kineto_input_elems).
+-- @column shape_dtype: Their dtype (_kineto_input_dtype).
+-- @column group_size: 'Group size'.
+-- @column pg_name: 'Process Group Name' (the importer renames PyTorch 2.2's 'Process Group ID').
+-- @column pg_desc: 'Process Group Description'.
+-- @column pg_ranks: 'Process Group Ranks' (a JSON string or array).
+-- @column src_rank: 'Src Rank'.
+-- @column dst_rank: 'Dst Rank'.
+-- @column seq: 'Seq'.
+-- @column comm_id: 'Comms Id'.
+-- @column ext_id: 'External id'.
+-- @column corr: 'correlation' (staged kernel args only).
+CREATE OR REPLACE MACRO _kineto_comm_records(fid) AS TABLE
+WITH r AS (
+  SELECT range_id, kind, name, pid, tid, start_ns, end_ns, args AS a,
+         TRY_CAST(args->'Input Dims' AS BIGINT[][]) AS dims, TRY_CAST(args->'Input type' AS VARCHAR[]) AS types
+  FROM cpu_ranges
+  WHERE file_id = fid AND kind IN ('_kernel_args', 'cpu_op', 'user_annotation')
+    AND (kind = '_kernel_args' OR name = 'record_param_comms' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'
+         OR name LIKE 'c10d::%')
+)
+SELECT range_id, kind, name, pid, tid, start_ns, end_ns,
+  coalesce(canonical_collective(a->>'Collective name'),
+           CASE WHEN kind <> '_kernel_args' AND name <> 'record_param_comms' THEN canonical_collective(name) END) AS coll,
+  coalesce(lower(a->>'Collective name') = 'wait', false) AS is_wait,
+  TRY_CAST(a->>'In msg nelems' AS BIGINT) AS in_n,
+  TRY_CAST(a->>'Out msg nelems' AS BIGINT) AS out_n,
+  canonical_dtype(a->>'dtype') AS nelems_dtype,
+  _kineto_input_elems(name, dims, types) AS shape_n,
+  _kineto_input_dtype(name, types) AS shape_dtype,
+  TRY_CAST(a->>'Group size' AS INTEGER) AS group_size,
+  a->>'Process Group Name' AS pg_name,
+  a->>'Process Group Description' AS pg_desc,
+  nullif(CASE WHEN json_type(a->'Process Group Ranks') = 'VARCHAR' THEN TRY_CAST(a->>'Process Group Ranks' AS INTEGER[])
+              ELSE TRY_CAST(a->'Process Group Ranks' AS INTEGER[]) END, []::INTEGER[]) AS pg_ranks,
+  TRY_CAST(a->>'Src Rank' AS INTEGER) AS src_rank,
+  TRY_CAST(a->>'Dst Rank' AS INTEGER) AS dst_rank,
+  TRY_CAST(a->>'Seq' AS BIGINT) AS seq,
+  a->>'Comms Id' AS comm_id,
+  TRY_CAST(a->>'External id' AS BIGINT) AS ext_id,
+  TRY_CAST(a->>'correlation' AS BIGINT) AS corr
+FROM r;
+
+-- @macro _kineto_launch_chain
+-- For each communication kernel of one file: its launch (correlation -> runtime/driver call) and the ranges that
+-- enclose the launch on the launching thread, innermost first. Nesting is found with one sweep per thread
+-- (depth = open ranges at each start; a probe's innermost enclosing range is the latest-started range one level
+-- up) and ASOF joins, never a range join. Only communication records count as ranges.
+-- @param fid: File id.
+-- @column kernel_id: Communication kernel.
+-- @column e1: Innermost enclosing range (range_id), or NULL.
+-- @column e2: Its parent, or NULL.
+-- @column e3: The next level up, or NULL.
+-- @column e4: The next level up, or NULL.
+CREATE OR REPLACE MACRO _kineto_launch_chain(fid) AS TABLE
+WITH ck AS (
+  SELECT kernel_id, correlation_id FROM kernels WHERE file_id = fid AND kernel_class = 'communication'
+), launch AS (  -- the first runtime/driver call of each correlation (a graph replay launches many kernels)
+  SELECT correlation_id, arg_min(pid, start_ns) AS pid, arg_min(tid, start_ns) AS tid, min(start_ns) AS start_ns,
+         arg_min(end_ns, start_ns) AS end_ns
+  FROM api_calls WHERE file_id = fid AND correlation_id IN (SELECT correlation_id FROM ck) GROUP BY correlation_id
+), rng AS (
+  SELECT range_id, pid, tid, start_ns, end_ns FROM _kineto_comm_records(fid)
+  WHERE kind <> '_kernel_args' AND NOT is_wait AND pid IS NOT NULL AND tid IS NOT NULL
+), ev AS (  -- at one instant: ranges ending, then ranges starting (outer first), then launches
+  SELECT pid, tid, start_ns AS t, 1 AS cls, start_ns - end_ns AS tie, range_id AS id, 1 AS delta, false AS probe FROM rng
+  UNION ALL
+  SELECT pid, tid, end_ns, CASE WHEN end_ns > start_ns THEN 0 ELSE 3 END, 0, range_id, -1, false FROM rng
+  UNION ALL
+  SELECT pid, tid, start_ns, 2, 0, correlation_id, 0, true FROM launch WHERE pid IS NOT NULL AND tid IS NOT NULL
+), swept AS (
+  SELECT *, row_number() OVER w AS pos, sum(delta) OVER (w ROWS UNBOUNDED PRECEDING) AS open_n
+  FROM ev WINDOW w AS (PARTITION BY pid, tid ORDER BY t, cls, tie, id)
+), starts AS (
+  SELECT pid, tid, pos, open_n - 1 AS depth, id AS range_id FROM swept WHERE delta = 1
+), parent AS (
+  SELECT c.range_id, p.range_id AS parent_id
+  FROM starts c ASOF JOIN starts p ON c.pid = p.pid AND c.tid = p.tid AND c.depth - 1 = p.depth AND c.pos >= p.pos
+), probe AS (
+  SELECT p.id AS correlation_id, s.range_id AS e1
+  FROM (SELECT * FROM swept WHERE probe AND open_n > 0) p
+  ASOF JOIN starts s ON p.pid = s.pid AND p.tid = s.tid AND p.open_n - 1 = s.depth AND p.pos >= s.pos
+)
+SELECT ck.kernel_id, pr.e1, p2.parent_id AS e2, p3.parent_id AS e3, p4.parent_id AS e4
+FROM ck
+LEFT JOIN probe pr USING (correlation_id)
+LEFT JOIN parent p2 ON p2.range_id = pr.e1
+LEFT JOIN parent p3 ON p3.range_id = p2.parent_id
+LEFT JOIN parent p4 ON p4.range_id = p3.parent_id;
+
+-- @macro _kineto_comm_ops
+-- comm_ops rows of one Kineto file (see this file's header for the resolution order).
+-- @param fid: File id.
+-- @column kernel_id: comm_ops.kernel_id.
+-- @column file_id: comm_ops.file_id.
+-- @column rank: comm_ops.rank.
+-- @column collective: comm_ops.collective.
+-- @column element_count: comm_ops.element_count.
+-- @column dtype: comm_ops.dtype.
+-- @column in_bytes: comm_ops.in_bytes.
+-- @column out_bytes: comm_ops.out_bytes.
+-- @column msg_bytes: comm_ops.msg_bytes.
+-- @column group_size: comm_ops.group_size.
+-- @column pg_name: comm_ops.pg_name.
+-- @column pg_desc: comm_ops.pg_desc.
+-- @column pg_ranks: comm_ops.pg_ranks.
+-- @column peer_rank: comm_ops.peer_rank.
+-- @column seq: comm_ops.seq.
+-- @column comm_id: comm_ops.comm_id.
+-- @column n_ops: comm_ops.n_ops.
+-- @column collective_source: comm_ops.collective_source.
+-- @column size_source: comm_ops.size_source.
+-- @column group_source: comm_ops.group_source.
+-- @column peer_source: comm_ops.peer_source.
+CREATE OR REPLACE MACRO _kineto_comm_ops(fid) AS TABLE
+WITH rec AS (
+  SELECT * FROM _kineto_comm_records(fid)
+), ck AS (
+  SELECT kernel_id, rank, short_name, (kernel_id & ((1::BIGINT << 40) - 1)) AS kidx
+  FROM kernels WHERE file_id = fid AND kernel_class = 'communication'
+), xrpc AS (  -- record_param_comms by External id (the latest one when an id repeats)
+  SELECT * FROM rec WHERE name = 'record_param_comms' AND NOT is_wait AND ext_id IS NOT NULL
+  QUALIFY row_number() OVER (PARTITION BY ext_id ORDER BY start_ns DESC, range_id DESC) = 1
+), cand AS (  -- candidate records per kernel, ord = priority (1 first)
+  SELECT ck.kernel_id, 1 AS ord, 'kernel_args' AS src, ka.*
+  FROM ck JOIN (SELECT * FROM rec WHERE kind = '_kernel_args') ka ON ka.tid = ck.kidx
+  UNION ALL
+  SELECT ck.kernel_id, 2, 'record_param_comms', x.*
+  FROM ck JOIN (SELECT * FROM rec WHERE kind = '_kernel_args') ka ON ka.tid = ck.kidx
+  JOIN xrpc x ON x.ext_id = ka.ext_id AND ka.ext_id IS DISTINCT FROM ka.corr
+  UNION ALL
+  SELECT c.kernel_id, 2 + lvl, CASE WHEN r.name = 'record_param_comms' THEN 'record_param_comms' ELSE 'launch_annotation' END, r.*
+  FROM (SELECT kernel_id, unnest([e1, e2, e3, e4]) AS range_id, unnest([1, 2, 3, 4]) AS lvl
+        FROM _kineto_launch_chain(fid)) c
+  JOIN rec r USING (range_id)
+), sized AS (
+  SELECT *, CASE WHEN (in_n IS NOT NULL OR out_n IS NOT NULL) AND nelems_dtype IS NOT NULL THEN 'nelems'
+                 WHEN shape_n IS NOT NULL AND shape_dtype IS NOT NULL THEN 'shape' END AS size_kind
+  FROM cand
+), pick AS (  -- first candidate carrying each field
+  SELECT kernel_id,
+    arg_min(coll, ord) FILTER (WHERE coll IS NOT NULL) AS coll,
+    arg_min(src, ord) FILTER (WHERE coll IS NOT NULL) AS coll_src,
+    arg_min(size_kind, ord) FILTER (WHERE size_kind IS NOT NULL) AS size_kind,
+    arg_min(src, ord) FILTER (WHERE size_kind IS NOT NULL) AS size_src,
+    arg_min(CASE size_kind WHEN 'nelems' THEN nelems_dtype ELSE shape_dtype END, ord) FILTER (WHERE size_kind IS NOT NULL) AS dtype,
+    arg_min(in_n, ord) FILTER (WHERE size_kind = 'nelems') AS in_n0,
+    arg_min(out_n, ord) FILTER (WHERE size_kind = 'nelems') AS out_n0,
+    arg_min(shape_n, ord) FILTER (WHERE size_kind IS NOT NULL) AS shape_n0,
+    arg_min(src, ord) FILTER (WHERE group_size IS NOT NULL OR pg_ranks IS NOT NULL) AS gsrc,
+    arg_min(coalesce(group_size, len(pg_ranks)), ord) FILTER (WHERE group_size IS NOT NULL OR pg_ranks IS NOT NULL) AS gs0,
+    arg_min(pg_name, ord) FILTER (WHERE pg_name IS NOT NULL) AS pg_name,
+    arg_min(pg_desc, ord) FILTER (WHERE pg_desc IS NOT NULL) AS pg_desc,
+    arg_min(pg_ranks, ord) FILTER (WHERE pg_ranks IS NOT NULL) AS pgr0,
+    arg_min(src, ord) FILTER (WHERE src_rank IS NOT NULL OR dst_rank IS NOT NULL) AS psrc,
+    arg_min(src_rank, ord) FILTER (WHERE src_rank IS NOT NULL OR dst_rank IS NOT NULL) AS src_rank,
+    arg_min(dst_rank, ord) FILTER (WHERE src_rank IS NOT NULL OR dst_rank IS NOT NULL) AS dst_rank,
+    arg_min(seq, ord) FILTER (WHERE seq IS NOT NULL) AS seq,
+    arg_min(comm_id, ord) FILTER (WHERE comm_id IS NOT NULL) AS comm_id
+  FROM sized GROUP BY kernel_id
+), pg AS (
+  SELECT pg_name, any_value(group_size) AS group_size, any_value(pg_desc) AS pg_desc, any_value(pg_ranks) AS pg_ranks
+  FROM process_groups WHERE file_id = fid GROUP BY pg_name
+), job AS (  -- does the file show any group but the default one? Its world size and default group otherwise
+  SELECT (SELECT world_size FROM ranks WHERE file_id = fid LIMIT 1) AS world_size,
+         (SELECT group_size FROM process_groups WHERE file_id = fid AND pg_name = '0' LIMIT 1) AS default_size,
+         (SELECT count(*) FROM (SELECT pg_name FROM pick WHERE pg_name IS NOT NULL AND pg_name <> '0'
+                                UNION ALL SELECT pg_name FROM process_groups WHERE file_id = fid AND pg_name <> '0'))
+           = 0 AS only_default
+), b AS (
+  SELECT ck.kernel_id, ck.rank, p.*,
+    coalesce(p.coll, kernel_name_collective(ck.short_name), 'unknown') AS collective,
+    CASE WHEN p.coll IS NOT NULL THEN p.coll_src ELSE 'kernel_name' END AS collective_source,
+    coalesce(p.gs0, pg.group_size, CASE WHEN job.only_default AND coalesce(p.pg_name, '0') = '0'
+                                        THEN coalesce(job.default_size, job.world_size) END) AS group_size,
+    CASE WHEN p.gs0 IS NOT NULL THEN p.gsrc WHEN pg.group_size IS NOT NULL THEN 'pg_config'
+         WHEN job.only_default AND coalesce(p.pg_name, '0') = '0' AND coalesce(job.default_size, job.world_size) IS NOT NULL
+           THEN 'assumed_world_size' END AS group_source,
+    coalesce(p.pg_desc, pg.pg_desc) AS pg_desc2,
+    coalesce(p.pgr0, pg.pg_ranks) AS pg_ranks,
+    dtype_bytes(p.dtype) AS db
+  FROM ck LEFT JOIN pick p USING (kernel_id) LEFT JOIN pg ON pg.pg_name = p.pg_name CROSS JOIN job
+), z AS (  -- bytes per collective: a shape is the op's input tensor(s)
+  SELECT *,
+    CASE WHEN size_kind = 'nelems' THEN in_n0 * db
+         WHEN size_kind = 'shape' AND collective <> 'recv' THEN shape_n0 * db END AS in_b,
+    CASE WHEN size_kind = 'nelems' THEN out_n0 * db
+         WHEN size_kind = 'shape' THEN (CASE
+           WHEN collective IN ('all_reduce', 'broadcast', 'reduce', 'recv') THEN shape_n0 * db
+           WHEN collective = 'all_gather' THEN shape_n0 * db * group_size
+           WHEN collective = 'reduce_scatter' AND shape_n0 % group_size = 0 THEN shape_n0 * db // group_size END)
+         END AS out_b
+  FROM b
+), p AS (  -- point-to-point: a send has no output buffer, a recv no input buffer (as NCCL's payloads say)
+  SELECT *,
+    CASE WHEN collective = 'recv' THEN NULL ELSE in_b END AS in_bytes,
+    CASE WHEN collective = 'send' THEN NULL ELSE out_b END AS out_bytes
+  FROM z
+), m AS (
+  SELECT *,
+    CASE WHEN collective IN ('all_gather', 'recv') THEN out_bytes
+         WHEN collective = 'unknown' THEN coalesce(in_bytes, out_bytes)
+         ELSE in_bytes END AS msg_bytes,
+    CASE WHEN collective = 'recv' THEN src_rank WHEN collective = 'send' THEN dst_rank END AS peer0
+  FROM p
+)
+SELECT kernel_id, fid AS file_id, rank, collective,
+  CASE WHEN db > 0 THEN msg_bytes // db END AS element_count,
+  dtype, in_bytes, out_bytes, msg_bytes, group_size, pg_name, pg_desc2 AS pg_desc, pg_ranks,
+  peer0 AS peer_rank, seq, comm_id, 1 AS n_ops, collective_source,
+  CASE WHEN msg_bytes IS NOT NULL OR in_bytes IS NOT NULL OR out_bytes IS NOT NULL THEN
+    (CASE WHEN size_kind = 'shape' THEN 'input_dims' ELSE size_src END) END AS size_source,
+  group_source,
+  CASE WHEN peer0 IS NOT NULL THEN psrc END AS peer_source
+FROM m
+ORDER BY kernel_id;
