@@ -1,275 +1,43 @@
 """Kineto (PyTorch profiler) JSON importer: .json / .json.gz / .pt.trace.json[.gz].
 
-Streaming: the file is cut into blocks at event boundaries (kineto_stream) and each block is decoded by msgspec into
-typed Structs that name only the keys nsys2comm needs; a block whose values have odd types is re-decoded with
-orjson and converted tolerantly. Only canonical rows are kept: kernels, mem_ops, api_calls (runtime/driver calls
-with a correlation id), cpu_ranges (user annotations incl. ProfilerStep#N, GPU user annotations, and the
-communication CPU ops: record_param_comms, c10d::*, nccl:*, gloo:*).
+Three stages, one module each:
+1. kineto_decode: the file is cut into blocks at event boundaries (kineto_stream) and each block is decoded by
+   msgspec into typed Structs that name only the keys nsys2comm needs;
+2. kineto_rows: canonical rows are kept: kernels, mem_ops, api_calls (runtime/driver calls with a correlation
+   id), cpu_ranges (user annotations incl. ProfilerStep#N, GPU user annotations, and the communication CPU ops:
+   record_param_comms, c10d::*, nccl:*, gloo:*); communication kernels' args are staged as cpu_ranges of kind
+   '_kernel_args';
+3. kineto_resolve (``finalize``): in the job DB, the file's rows move onto the job timeline and every
+   communication kernel is resolved into comm_ops (queries/ingest/kineto_comm_ops.sql).
+This module reads the file: blocks in parallel, the header/trailer (distributedInfo, baseTimeNanoseconds), ranks.
 
 Time: rows are written as ``round(ts_us * 1000)`` (integer ts: ``ts * 1000`` exactly). ``baseTimeNanoseconds``
-usually sits in the trailer, after the events, so ``finalize`` adds it (``files.clock_offset_ns``) to the file's
-rows with one UPDATE per table in DuckDB; integer-epoch traces have offset 0 and skip it.
+usually sits in the trailer, after the events, so ``finalize`` adds it (``files.clock_offset_ns``).
 
-Rank: ``--rank`` (options.rank) > ``distributedInfo.rank`` > the file name (rank-3, rank3, rank_3, worker3_...) >
-0 ('process_order', with a warning note).
-
-Communication kernels: the kernel args (>= PyTorch 2.2) are staged as ``cpu_ranges`` rows of kind
-``'_kernel_args'`` (args JSON; ``tid`` holds the kernel's index in the file); ``finalize`` resolves every
-communication kernel (kineto.md §1.8: kernel args, External id -> record_param_comms, correlation -> launch ->
-enclosing nccl:*/record_param_comms/c10d:: range via ASOF joins, kernel name), fills ``comm_ops`` and
-``ingest_notes`` and deletes the staged rows.
+Rank: the one rule of ingest.ranks (``--rank`` > ``distributedInfo.rank`` > the file name > 0).
 
 A JSON without a traceEvents array is an InputError; a trace with no GPU kernels ingests with a warning note
-``no_gpu_kernels``.
+``no_gpu_kernels``; a value no trace can hold refuses the file (InputError naming it).
 """
 
 from __future__ import annotations
 
-import gc
-import json
-import re
-from decimal import Decimal
 from pathlib import Path
 from typing import Iterator
 
-import duckdb
 import msgspec
 import orjson
 import pyarrow as pa
 
 from ..errors import InputError
 from .base import Batch, ReadOptions, process_pool
+from .kineto_decode import HINT_BAD_VALUE, BadValue, _to_int, _to_str, _tolerant_event, decode_events
+from .kineto_resolve import finalize  # noqa: F401  (the importer interface: read, sniff, finalize)
+from .kineto_rows import _ERA_MARKERS, _State
 from .kineto_stream import BLOCK
 from .ranks import Ranks, resolve_ranks
 
 SOURCE = "kineto"
-
-# ---------------------------------------------------------------------------------------------- decoding types
-
-_NULL = msgspec.Raw(b"null")
-
-
-class Args(msgspec.Struct, gc=False, omit_defaults=True):
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    correlation: int | None = None
-    device: int | None = None
-    stream: int | None = None
-    grid: list[int] | None = None
-    block: list[int] | None = None
-    bytes: int | None = None
-    graph_id: int | None = msgspec.field(default=None, name="graph id")
-    coll: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
-    in_size: int | None = msgspec.field(default=None, name="In msg size")
-    out_size: int | None = msgspec.field(default=None, name="Out msg size")
-    group_size: int | None = msgspec.field(default=None, name="Group size")
-    dtype: str | None = None
-    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: msgspec.Raw = msgspec.field(default=_NULL, name="Process Group Ranks")
-    pg_id: str | int | None = msgspec.field(default=None, name="Process Group ID")
-    src_rank: int | None = msgspec.field(default=None, name="Src Rank")
-    dst_rank: int | None = msgspec.field(default=None, name="Dst Rank")
-    seq: int | None = msgspec.field(default=None, name="Seq")
-    comms_id: int | str | None = msgspec.field(default=None, name="Comms Id")
-    input_dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
-    external_id_v1: int | None = msgspec.field(default=None, name="external id")
-
-
-# Older spellings of a field -> the attribute that holds it (kineto.md §1.3, §1.6): the one map from Kineto's arg
-# spellings to canonical fields. Staged args JSON carries only the current names, so the SQL reads one key each.
-_ARG_ALIASES = {"external_id_v1": "external_id",  # ≈1.8-1.9 traces
-                "in_size": "in_nelems", "out_size": "out_nelems",  # element counts, renamed in kineto #849 (Dec 2023)
-                "pg_id": "pg_name"}  # PyTorch 2.2 'Process Group ID', later 'Process Group Name'
-
-
-def _canonical_args(a: "Args") -> "Args":
-    fix = {}
-    for old, new in _ARG_ALIASES.items():
-        v = getattr(a, old)
-        if v is not None:
-            if getattr(a, new) is None:
-                fix[new] = v
-            fix[old] = None
-    return msgspec.structs.replace(a, **fix) if fix else a
-
-
-class Event(msgspec.Struct, gc=False):
-    ph: str | None = None
-    cat: str | None = None
-    name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: int | float | None = None
-    dur: int | float | None = None
-    args: Args | None = None
-
-
-class EventExactTs(Event, gc=False):
-    """An event whose ts is kept as the JSON number's digits (see decode_events)."""
-    ts: msgspec.Raw = _NULL
-
-
-_events_decoder = msgspec.json.Decoder(list[Event])
-_exact_ts_decoder = msgspec.json.Decoder(list[EventExactTs])
-# epoch µs beyond float64's exact ns: 2**53 ns. Above it a fractional ts is read from its digits.
-_EXACT_TS_US = 2.0**53 / 1000
-
-
-class _Events(list):
-    """Decoded events that were read after replacing bytes that are not UTF-8 (invalid_utf8)."""
-    invalid_utf8 = False
-
-
-class BadValue(ValueError):
-    """A value no trace could hold; read() turns it into an InputError naming the file."""
-_EMPTY_ARGS = Args()
-_encode = msgspec.json.Encoder().encode
-
-# JSON key for each Args attribute that goes into cpu_ranges.args
-_ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)
-             if f.name not in ("device", "stream", "grid", "block", "bytes", "graph_id")]
-
-
-def _to_int(v):
-    if v is None or isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, (float, Decimal)):
-        return int(v) if v == v and abs(v) < 9e18 else None
-    if isinstance(v, str):
-        try:
-            return int(v.strip())
-        except ValueError:
-            try:
-                return _to_int(float(v))
-            except ValueError:
-                return None
-    return None
-
-
-def _to_num(v):
-    if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool):
-        return v
-    if isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            try:
-                return float(v)
-            except ValueError:
-                return None
-    return None
-
-
-def _to_str(v):
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v
-    if isinstance(v, (int, Decimal)) and not isinstance(v, bool):
-        return str(v)
-    return orjson.dumps(v, default=str).decode()
-
-
-def _pidlike(v):
-    if isinstance(v, (int, str)) and not isinstance(v, bool):
-        return v
-    return _to_int(v)
-
-
-_ARG_CONVERT = {
-    "grid": lambda v: [_to_int(x) for x in v] if isinstance(v, list) else None,
-    "block": lambda v: [_to_int(x) for x in v] if isinstance(v, list) else None,
-    "coll": _to_str, "dtype": _to_str, "pg_desc": _to_str,
-    "pg_name": lambda v: v if isinstance(v, (str, int)) else _to_str(v),
-    "pg_id": lambda v: v if isinstance(v, (str, int)) else _to_str(v),
-    "comms_id": lambda v: v if isinstance(v, (str, int)) else _to_str(v),
-    "pg_ranks": lambda v: msgspec.Raw(orjson.dumps(v)),
-    "input_dims": lambda v: msgspec.Raw(orjson.dumps(v)),
-    "input_type": lambda v: msgspec.Raw(orjson.dumps(v)),
-}
-
-
-def _tolerant_event(d) -> Event | None:
-    """An Event from a plain dict whose values may have unexpected types (slow path)."""
-    if not isinstance(d, dict):
-        return None
-    a = d.get("args")
-    args = None
-    if isinstance(a, dict):
-        kw = {}
-        for attr, key in _ALL_ARG_KEYS:
-            if key in a:
-                v = a[key]
-                conv = _ARG_CONVERT.get(attr, _to_int)
-                kw[attr] = conv(v)
-        args = Args(**kw)
-    return Event(ph=_to_str(d.get("ph")), cat=_to_str(d.get("cat")), name=_to_str(d.get("name")),
-                 pid=_pidlike(d.get("pid")), tid=_pidlike(d.get("tid")), ts=_to_num(d.get("ts")),
-                 dur=_to_num(d.get("dur")), args=args)
-
-
-_ALL_ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
-
-
-def _exact_ts(raw: msgspec.Raw):
-    """A ts from its JSON digits: Decimal keeps every digit, and round(ts * 1000) stays exact."""
-    b = bytes(raw)
-    return None if b == b"null" else Decimal(b.decode())
-
-
-def _needs_exact_ts(events) -> bool:
-    lim = _EXACT_TS_US
-    return any(type(e.ts) is float and e.ts > lim and not e.ts.is_integer() for e in events)
-
-
-def decode_events(data: bytes) -> list[Event]:
-    """Decode a JSON array of events; msgspec.DecodeError when it is not valid JSON, BadValue when it nests deeper
-    than any trace does.
-
-    Epoch ts with a fractional part beyond float64 precision (> 2**53 ns) are re-read from their digits."""
-    was = gc.isenabled()
-    gc.disable()  # millions of small allocations: generation-0 collections would cost ~40 %
-    try:
-        events = _events_decoder.decode(data)
-        if _needs_exact_ts(events):
-            events = _exact_ts_decoder.decode(data)
-            for e in events:
-                e.ts = _exact_ts(e.ts)
-        return events
-    except msgspec.ValidationError:
-        invalid_utf8 = False
-        try:
-            objs = orjson.loads(data)
-        except orjson.JSONDecodeError as e:
-            if "recursion" in str(e):
-                raise BadValue("has JSON nested deeper than any trace event (over 1,024 levels)") from None
-            try:
-                data.decode("utf-8")
-                raise msgspec.DecodeError(str(e)) from None
-            except UnicodeDecodeError:  # read what it says; the note tells names may hold U+FFFD
-                data = data.decode("utf-8", errors="replace").encode()
-                invalid_utf8 = True
-            try:
-                objs = orjson.loads(data)
-            except orjson.JSONDecodeError as e2:
-                raise msgspec.DecodeError(str(e2)) from None
-        events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
-        if _needs_exact_ts(events):
-            objs = json.loads(data, parse_float=Decimal)
-            events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
-        events.invalid_utf8 = invalid_utf8
-        return events
-    except RecursionError:
-        raise BadValue("has JSON nested deeper than any trace event") from None
-    finally:
-        if was:
-            gc.enable()
-
 
 # ---------------------------------------------------------------------------------------------- sniffing
 
@@ -293,276 +61,6 @@ def sniff(path, head: bytes) -> bool:
         return False
     # JSON object start: ours (traceEvents may come later in the file; the reader says so if it never does)
     return True
-
-
-# ---------------------------------------------------------------------------------------------- row builders
-
-_KIND = {
-    "kernel": 1, "Kernel": 1,
-    "gpu_memcpy": 2, "Memcpy": 2,
-    "gpu_memset": 3, "Memset": 3,
-    "cuda_runtime": 4, "Runtime": 4, "xpu_runtime": 4, "privateuse1_runtime": 4, "mtia_runtime": 4,
-    "cuda_driver": 5, "xpu_driver": 5, "privateuse1_driver": 5,
-    "user_annotation": 6,
-    "gpu_user_annotation": 7,
-    "cpu_op": 8, "Operator": 8,
-}
-_COMM_CPU_PREFIX = ("record_param_comms", "c10d::", "nccl:", "gloo:", "ProfilerStep")
-_COMM_ANNOTATION_PREFIX = ("nccl:", "gloo:")
-# the same rule as SQL is_comm_kernel_name (20_classify.sql); used only to decide which kernels get staged args
-_COMM_KERNEL_RE = re.compile(
-    r"^(nccl|rccl)|multimem_|one_shot_all_reduce|two_shot_all_reduce|symm_mem|cross_device_reduce|"
-    r"custom_all_reduce|allreduce_fusion|deep_ep::|nvshmem", re.I)
-_COPY_KINDS = {"HtoD": "HtoD", "DtoH": "DtoH", "DtoD": "DtoD", "HtoH": "HtoH", "PtoP": "PtoP"}
-_MEMCPY_TOKEN = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD|AtoH|HtoA|AtoA)")
-
-SCHEMAS = {
-    "kernels": pa.schema([("kernel_id", pa.int64()), ("rank", pa.int32()), ("device_id", pa.int32()),
-                          ("stream_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-                          ("name", pa.string()), ("correlation_id", pa.int64()),
-                          ("grid_x", pa.int32()), ("grid_y", pa.int32()), ("grid_z", pa.int32()),
-                          ("block_x", pa.int32()), ("block_y", pa.int32()), ("block_z", pa.int32()),
-                          ("graph_id", pa.int64())]),
-    "mem_ops": pa.schema([("memop_id", pa.int64()), ("rank", pa.int32()), ("device_id", pa.int32()),
-                          ("stream_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-                          ("kind", pa.string()), ("copy_kind", pa.string()), ("bytes", pa.int64()),
-                          ("name", pa.string()), ("correlation_id", pa.int64())]),
-    "api_calls": pa.schema([("call_id", pa.int64()), ("rank", pa.int32()), ("pid", pa.int64()), ("tid", pa.int64()),
-                            ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()),
-                            ("correlation_id", pa.int64()), ("api", pa.string())]),
-    "cpu_ranges": pa.schema([("range_id", pa.int64()), ("rank", pa.int32()), ("pid", pa.int64()),
-                             ("tid", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-                             ("name", pa.string()), ("kind", pa.string()), ("device_id", pa.int32()),
-                             ("args", pa.string())]),
-}
-
-
-_NONE3 = (None, None, None)
-
-# _State flags that date a trace (kineto.md §1.7), as files.producer reports them
-_ERA_MARKERS = (("kernel_coll_args", "collective args on kernels"),
-                ("kernel_pg_args", "process-group args on kernels"),
-                ("kernel_p2p_args", "Src/Dst Rank on kernels"),
-                ("kernel_seq", "Seq on kernels"),
-                ("driver", "cuda_driver events"))
-
-
-def _int_or_none(v):
-    return v if type(v) is int else None
-
-
-_STREAM_TID = re.compile(r"stream\s*(\d+)", re.I)
-
-
-def _stream_of(tid):
-    """A GPU event's stream from its tid: an int, or (2020-2021 traces) a string like 'stream 7'."""
-    if type(tid) is int:
-        return tid
-    m = _STREAM_TID.match(tid) if isinstance(tid, str) else None
-    return int(m.group(1)) if m else None
-
-
-def _describe_bad_event(e, err: Exception) -> str:
-    what = f"'{e.cat}' event '{(e.name or '')[:60]}'" if e is not None else "an event"
-    return f"has a {what} with ts {e.ts!r} and dur {e.dur!r}, which are not finite times ({err})"
-
-
-def _copy_kind(name: str) -> str:
-    m = _MEMCPY_TOKEN.search(name)
-    if m:
-        return _COPY_KINDS.get(m.group(1), "other")
-    return "other"
-
-
-def _column(values, field: pa.Field, table: str) -> pa.Array:
-    try:
-        return pa.array(values, type=field.type)
-    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
-        bad = next((v for v in values if isinstance(v, int) and not _fits(v, field.type)), None)
-        what = {"start_ns": "a timestamp", "end_ns": "an end time"}.get(field.name, f"a {field.name}")
-        shown = str(bad) if len(str(bad)) <= 24 else f"{str(bad)[:8]}… ({len(str(bad))} digits)"
-        raise BadValue(f"has {what} ({table}.{field.name} = {shown}) outside the {field.type} range") from None
-
-
-def _fits(v: int, t: pa.DataType) -> bool:
-    bits = t.bit_width if pa.types.is_integer(t) else 64
-    return -(1 << (bits - 1)) <= v < (1 << (bits - 1))
-
-
-class _State:
-    def __init__(self, rank: int):
-        self.rank = rank
-        self.rows: dict[str, list[tuple]] = {t: [] for t in SCHEMAS}
-        self.next_id = {t: 0 for t in SCHEMAS}
-        self.devices: set[int] = set()
-        self.n_kernels = 0
-        self.n_events = 0
-        self.float_ts = False
-        self.int_ts = False
-        self.kernel_coll_args = False
-        self.kernel_pg_args = False
-        self.kernel_p2p_args = False
-        self.kernel_seq = False
-        self.legacy_cats = False
-        self.driver = False
-        self.first_cpu_pid: int | None = None
-        self.min_ts: float | None = None
-        self.comm_name_cache: dict[str, bool] = {}
-        self.n_negative_dur = 0
-        self.invalid_utf8 = False
-
-    def flush(self) -> Iterator[Batch]:
-        for table, rows in self.rows.items():
-            if rows:
-                schema = SCHEMAS[table]
-                arrays = [_column(col, f, table) for col, f in zip(zip(*rows), schema)]
-                rows.clear()
-                yield Batch(table, pa.Table.from_arrays(arrays, schema=schema))
-
-    def add_events(self, events) -> None:  # noqa: C901 - the hot loop, kept flat on purpose
-        rank = self.rank
-        K = self.rows["kernels"].append
-        M = self.rows["mem_ops"].append
-        A = self.rows["api_calls"].append
-        C = self.rows["cpu_ranges"].append
-        kind_of = _KIND.get
-        nid = self.next_id
-        nk, nm, na = nid["kernels"], nid["mem_ops"], nid["api_calls"]
-        comm_cache = self.comm_name_cache
-        devices = self.devices
-        empty = _EMPTY_ARGS
-        min_ts = self.min_ts
-        int_ts = float_ts = False
-        self.n_events += len(events)
-        n_negative = 0
-        e = None
-        try:  # free until it raises: a NaN/inf ts or dur is found where it breaks, not by a check per event
-            for e in events:
-                kind = kind_of(e.cat)
-                if kind is None or e.ph != "X":
-                    continue
-                t = e.ts
-                if t is None:
-                    continue
-                if type(t) is int:
-                    start = t * 1000
-                    int_ts = True
-                else:
-                    start = round(t * 1000)
-                    float_ts = True
-                d = e.dur
-                if d is None:
-                    end = start
-                elif type(d) is int:
-                    end = start + d * 1000
-                else:
-                    end = start + round(d * 1000)
-                if end < start:  # a negative dur: no interval to place (counted, noted, dropped)
-                    n_negative += 1
-                    continue
-                if min_ts is None or t < min_ts:
-                    min_ts = t
-                a = e.args
-                if a is None:
-                    a = empty
-                name = e.name
-                if name is None:
-                    name = ""
-                if kind == 1:  # kernel
-                    pid = e.pid
-                    dev = a.device
-                    if dev is None:
-                        dev = pid if type(pid) is int else 0
-                    stream = a.stream
-                    if stream is None:
-                        stream = _stream_of(e.tid)
-                    g = a.grid
-                    if g is None or len(g) != 3:
-                        g = _NONE3
-                    b = a.block
-                    if b is None or len(b) != 3:
-                        b = _NONE3
-                    K((nk, rank, dev, stream, start, end, name, a.correlation, g[0], g[1], g[2], b[0], b[1], b[2],
-                       a.graph_id))
-                    devices.add(dev)
-                    is_comm = comm_cache.get(name)
-                    if is_comm is None:
-                        is_comm = comm_cache[name] = bool(_COMM_KERNEL_RE.search(name[5:] if name.startswith("void ") else name))
-                    if is_comm or a.coll is not None:
-                        self._stage_kernel_args(nk, e, a, start, end, dev)
-                    nk += 1
-                elif kind == 2 or kind == 3:  # memcpy / memset
-                    pid = e.pid
-                    dev = a.device
-                    if dev is None:
-                        dev = pid if type(pid) is int else 0
-                    stream = a.stream
-                    if stream is None:
-                        stream = _stream_of(e.tid)
-                    if kind == 2:
-                        M((nm, rank, dev, stream, start, end, "memcpy", _copy_kind(name), a.bytes, name, a.correlation))
-                    else:
-                        M((nm, rank, dev, stream, start, end, "memset", None, a.bytes, name, a.correlation))
-                    nm += 1
-                    devices.add(dev)
-                elif kind == 4 or kind == 5:  # runtime / driver call
-                    if a.correlation is None:
-                        continue
-                    pid = e.pid
-                    if type(pid) is not int:
-                        pid = None
-                    elif self.first_cpu_pid is None:
-                        self.first_cpu_pid = pid
-                    A((na, rank, pid, _int_or_none(e.tid), start, end, name, a.correlation,
-                       "runtime" if kind == 4 else "driver"))
-                    na += 1
-                    if kind == 5:
-                        self.driver = True
-                else:  # 6 user_annotation, 7 gpu_user_annotation, 8 cpu_op
-                    if kind == 8:
-                        if not name.startswith(_COMM_CPU_PREFIX):
-                            continue
-                        ckind = "cpu_op" if not name.startswith("ProfilerStep") else "user_annotation"
-                        args_json = self._args_json(a)
-                    elif kind == 6:
-                        ckind = "user_annotation"
-                        # nccl:*/gloo:* annotations carry the collective's input shapes (PyTorch < 2.2)
-                        args_json = self._args_json(a) if name.startswith(_COMM_ANNOTATION_PREFIX) else None
-                    else:
-                        ckind = "gpu_user_annotation"
-                        args_json = None
-                    rid = nid["cpu_ranges"]
-                    nid["cpu_ranges"] = rid + 1
-                    pid = _int_or_none(e.pid)
-                    C((rid, rank, pid, _int_or_none(e.tid), start, end, name, ckind, pid if kind == 7 else None, args_json))
-                    if kind != 7 and self.first_cpu_pid is None and pid is not None:
-                        self.first_cpu_pid = pid
-        except (ValueError, OverflowError, TypeError) as err:  # e is the event that broke it
-            raise BadValue(_describe_bad_event(e, err)) from None
-        self.n_negative_dur += n_negative
-        nid["kernels"], nid["mem_ops"], nid["api_calls"] = nk, nm, na
-        self.min_ts = min_ts
-        self.int_ts |= int_ts
-        self.float_ts |= float_ts
-
-    @staticmethod
-    def _args_json(a: Args) -> str | None:
-        b = _encode(_canonical_args(a))
-        return None if b == b"{}" else b.decode()
-
-    def _stage_kernel_args(self, kid: int, e: Event, a: Args, start: int, end: int, dev: int) -> None:
-        if a.coll is not None:
-            self.kernel_coll_args = True
-            if a.pg_name is not None or a.pg_ranks is not _NULL:
-                self.kernel_pg_args = True
-            if a.src_rank is not None or a.dst_rank is not None:
-                self.kernel_p2p_args = True
-            if a.seq is not None:
-                self.kernel_seq = True
-        rid = self.next_id["cpu_ranges"]
-        self.next_id["cpu_ranges"] = rid + 1
-        self.rows["cpu_ranges"].append((rid, self.rank, None, kid, start, end, e.name or "", "_kernel_args", dev,
-                                        _encode(_canonical_args(a)).decode()))
 
 
 # ---------------------------------------------------------------------------------------------- rank
@@ -780,17 +278,14 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
         yield from totals.merge(*_process([ev for ev in map(_tolerant_event, events) if ev is not None], rank))
 
 
-_HINT_BAD_VALUE = "the trace is damaged or was edited: export it again from the profiler"
-
-
 def read(path, options: ReadOptions | None = None, *, block: int = BLOCK) -> Iterator[Batch]:
     path = Path(path)
     try:
         yield from _read(path, options or ReadOptions(), block)
     except BadValue as e:
-        raise InputError(str(e), path=str(path), hint=_HINT_BAD_VALUE) from None
+        raise InputError(str(e), path=str(path), hint=HINT_BAD_VALUE) from None
     except RecursionError:
-        raise InputError("has JSON nested deeper than any trace", path=str(path), hint=_HINT_BAD_VALUE) from None
+        raise InputError("has JSON nested deeper than any trace", path=str(path), hint=HINT_BAD_VALUE) from None
 
 
 def _base_time_ns(header: dict, trailer: dict) -> int | None:
@@ -896,71 +391,3 @@ def _read(path: Path, options: ReadOptions, block: int) -> Iterator[Batch]:
             "message": pa.array([n[2] for n in notes], pa.string())}))
 
 
-# ---------------------------------------------------------------------------------------------- finalize
-
-_TABLES = ("kernels", "mem_ops", "api_calls", "cpu_ranges")
-
-def _collectives_without_kernels(con, fid: int) -> int:
-    """record_param_comms operations that no communication kernel links to (by External id or launch nesting)."""
-    return con.execute("""
-      WITH rec AS (SELECT * FROM _kineto_comm_records($fid)),
-      linked AS (
-        SELECT unnest([e1, e2, e3, e4]) AS range_id FROM _kineto_launch_chain($fid)
-        UNION SELECT x.range_id FROM rec x JOIN rec k ON k.kind = '_kernel_args' AND x.ext_id = k.ext_id
-                                                  AND x.kind = 'cpu_op')
-      SELECT count(*) FROM rec
-      WHERE name = 'record_param_comms' AND NOT is_wait AND coll IS NOT NULL
-        AND range_id NOT IN (SELECT range_id FROM linked WHERE range_id IS NOT NULL)""", {"fid": fid}).fetchone()[0]
-
-
-def finalize(con, file_id: int) -> None:
-    fid = int(file_id)
-    idbase = fid << 40
-    off, path = con.execute("SELECT coalesce(clock_offset_ns, 0), path FROM files WHERE file_id = ?", [fid]).fetchone()
-    rank, = con.execute("SELECT rank FROM ranks WHERE file_id = ? LIMIT 1", [fid]).fetchone()
-    for t in _TABLES:
-        sets = []
-        if off:
-            sets.append(f"start_ns = start_ns + {int(off)}, end_ns = end_ns + {int(off)}")
-        stale = con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {t} WHERE file_id = {fid} AND rank <> {rank} LIMIT 1)").fetchone()[0]
-        if stale:
-            sets.append(f"rank = {rank}")
-        if sets:
-            try:
-                con.execute(f"UPDATE {t} SET {', '.join(sets)} WHERE file_id = {fid}")
-            except duckdb.OutOfRangeException:
-                raise InputError(f"has timestamps that overflow int64 nanoseconds once baseTimeNanoseconds ({off}) "
-                                 "is added", path=path, hint=_HINT_BAD_VALUE) from None
-    if con.execute(f"SELECT count(*) FROM (SELECT 1 FROM devices WHERE file_id = {fid} AND rank <> {rank} LIMIT 1)").fetchone()[0]:
-        con.execute(f"UPDATE devices SET rank = {rank} WHERE file_id = {fid}")
-
-    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _kineto_comm_ops(?)", [fid])
-    n_comm, n_nosize, n_unknown, n_kargs, n_assumed = con.execute(f"""
-      SELECT count(*), count(*) FILTER (WHERE msg_bytes IS NULL), count(*) FILTER (WHERE collective = 'unknown'),
-             count(*) FILTER (WHERE collective_source = 'kernel_args'),
-             count(*) FILTER (WHERE group_source = 'assumed_world_size')
-      FROM comm_ops WHERE file_id = {fid}""").fetchone()
-    notes = []
-    if n_assumed:
-        notes.append(("info", "assumed_group_size",
-                      f"{n_assumed} of {n_comm} communication kernels record no process group; the trace shows only "
-                      "the default group, so its size was assumed to be the world size"))
-    n_cpu_only = _collectives_without_kernels(con, fid)
-    if n_cpu_only:
-        notes.append(("info", "collectives_without_kernels",
-                      f"{n_cpu_only} collectives recorded on the CPU launched no communication kernel (e.g. a "
-                      "size-1 group, or a backend without GPU kernels); they are not in comm_ops"))
-    if n_nosize:
-        notes.append(("warning", "no_msg_sizes",
-                      f"{n_nosize} of {n_comm} communication kernels have no message size: profile with "
-                      "record_shapes=True, or with PyTorch >= 2.2 (collective args on kernels)"))
-    if n_unknown:
-        notes.append(("warning", "unknown_collective",
-                      f"{n_unknown} of {n_comm} communication kernels could not be matched to a collective"))
-    if n_comm and not n_kargs:
-        notes.append(("info", "no_collective_args",
-                      "communication kernels carry no collective args (PyTorch < 2.2): collectives were found "
-                      "through their launches"))
-    for sev, code, msg in notes:
-        con.execute("INSERT INTO ingest_notes VALUES (?, ?, ?, ?, ?)", [fid, rank, sev, code, msg])
-    con.execute(f"DELETE FROM cpu_ranges WHERE file_id = {fid} AND kind = '_kernel_args'")

@@ -1,0 +1,243 @@
+"""Kineto importer, stage 1: decode a block of trace events into typed Structs.
+
+msgspec decodes into Structs that name only the keys nsys2comm needs (Args spells each key as the trace does;
+_ARG_ALIASES maps older spellings to the current ones). A block whose values have odd types is re-decoded with
+orjson and converted tolerantly. Epoch ts with a fraction beyond float64 are re-read from their digits.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from decimal import Decimal
+
+import msgspec
+import orjson
+
+
+_NULL = msgspec.Raw(b"null")
+
+
+class Args(msgspec.Struct, gc=False, omit_defaults=True):
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    correlation: int | None = None
+    device: int | None = None
+    stream: int | None = None
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    bytes: int | None = None
+    graph_id: int | None = msgspec.field(default=None, name="graph id")
+    coll: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    in_size: int | None = msgspec.field(default=None, name="In msg size")
+    out_size: int | None = msgspec.field(default=None, name="Out msg size")
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    dtype: str | None = None
+    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: msgspec.Raw = msgspec.field(default=_NULL, name="Process Group Ranks")
+    pg_id: str | int | None = msgspec.field(default=None, name="Process Group ID")
+    src_rank: int | None = msgspec.field(default=None, name="Src Rank")
+    dst_rank: int | None = msgspec.field(default=None, name="Dst Rank")
+    seq: int | None = msgspec.field(default=None, name="Seq")
+    comms_id: int | str | None = msgspec.field(default=None, name="Comms Id")
+    input_dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
+    external_id_v1: int | None = msgspec.field(default=None, name="external id")
+
+
+# Older spellings of a field -> the attribute that holds it (kineto.md §1.3, §1.6): the one map from Kineto's arg
+# spellings to canonical fields. Staged args JSON carries only the current names, so the SQL reads one key each.
+_ARG_ALIASES = {"external_id_v1": "external_id",  # ≈1.8-1.9 traces
+                "in_size": "in_nelems", "out_size": "out_nelems",  # element counts, renamed in kineto #849 (Dec 2023)
+                "pg_id": "pg_name"}  # PyTorch 2.2 'Process Group ID', later 'Process Group Name'
+
+
+def _canonical_args(a: "Args") -> "Args":
+    fix = {}
+    for old, new in _ARG_ALIASES.items():
+        v = getattr(a, old)
+        if v is not None:
+            if getattr(a, new) is None:
+                fix[new] = v
+            fix[old] = None
+    return msgspec.structs.replace(a, **fix) if fix else a
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    args: Args | None = None
+
+
+class EventExactTs(Event, gc=False):
+    """An event whose ts is kept as the JSON number's digits (see decode_events)."""
+    ts: msgspec.Raw = _NULL
+
+
+_events_decoder = msgspec.json.Decoder(list[Event])
+_exact_ts_decoder = msgspec.json.Decoder(list[EventExactTs])
+# epoch µs beyond float64's exact ns: 2**53 ns. Above it a fractional ts is read from its digits.
+_EXACT_TS_US = 2.0**53 / 1000
+
+
+class _Events(list):
+    """Decoded events that were read after replacing bytes that are not UTF-8 (invalid_utf8)."""
+    invalid_utf8 = False
+
+
+HINT_BAD_VALUE = "the trace is damaged or was edited: export it again from the profiler"
+
+
+class BadValue(ValueError):
+    """A value no trace could hold; read() turns it into an InputError naming the file."""
+_EMPTY_ARGS = Args()
+_encode = msgspec.json.Encoder().encode
+
+# JSON key for each Args attribute that goes into cpu_ranges.args
+_ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)
+             if f.name not in ("device", "stream", "grid", "block", "bytes", "graph_id")]
+
+
+def _to_int(v):
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, (float, Decimal)):
+        return int(v) if v == v and abs(v) < 9e18 else None
+    if isinstance(v, str):
+        try:
+            return int(v.strip())
+        except ValueError:
+            try:
+                return _to_int(float(v))
+            except ValueError:
+                return None
+    return None
+
+
+def _to_num(v):
+    if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        try:
+            return int(v)
+        except ValueError:
+            try:
+                return float(v)
+            except ValueError:
+                return None
+    return None
+
+
+def _to_str(v):
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (int, Decimal)) and not isinstance(v, bool):
+        return str(v)
+    return orjson.dumps(v, default=str).decode()
+
+
+def _pidlike(v):
+    if isinstance(v, (int, str)) and not isinstance(v, bool):
+        return v
+    return _to_int(v)
+
+
+_ARG_CONVERT = {
+    "grid": lambda v: [_to_int(x) for x in v] if isinstance(v, list) else None,
+    "block": lambda v: [_to_int(x) for x in v] if isinstance(v, list) else None,
+    "coll": _to_str, "dtype": _to_str, "pg_desc": _to_str,
+    "pg_name": lambda v: v if isinstance(v, (str, int)) else _to_str(v),
+    "pg_id": lambda v: v if isinstance(v, (str, int)) else _to_str(v),
+    "comms_id": lambda v: v if isinstance(v, (str, int)) else _to_str(v),
+    "pg_ranks": lambda v: msgspec.Raw(orjson.dumps(v)),
+    "input_dims": lambda v: msgspec.Raw(orjson.dumps(v)),
+    "input_type": lambda v: msgspec.Raw(orjson.dumps(v)),
+}
+
+
+def _tolerant_event(d) -> Event | None:
+    """An Event from a plain dict whose values may have unexpected types (slow path)."""
+    if not isinstance(d, dict):
+        return None
+    a = d.get("args")
+    args = None
+    if isinstance(a, dict):
+        kw = {}
+        for attr, key in _ALL_ARG_KEYS:
+            if key in a:
+                v = a[key]
+                conv = _ARG_CONVERT.get(attr, _to_int)
+                kw[attr] = conv(v)
+        args = Args(**kw)
+    return Event(ph=_to_str(d.get("ph")), cat=_to_str(d.get("cat")), name=_to_str(d.get("name")),
+                 pid=_pidlike(d.get("pid")), tid=_pidlike(d.get("tid")), ts=_to_num(d.get("ts")),
+                 dur=_to_num(d.get("dur")), args=args)
+
+
+_ALL_ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
+
+
+def _exact_ts(raw: msgspec.Raw):
+    """A ts from its JSON digits: Decimal keeps every digit, and round(ts * 1000) stays exact."""
+    b = bytes(raw)
+    return None if b == b"null" else Decimal(b.decode())
+
+
+def _needs_exact_ts(events) -> bool:
+    lim = _EXACT_TS_US
+    return any(type(e.ts) is float and e.ts > lim and not e.ts.is_integer() for e in events)
+
+
+def decode_events(data: bytes) -> list[Event]:
+    """Decode a JSON array of events; msgspec.DecodeError when it is not valid JSON, BadValue when it nests deeper
+    than any trace does.
+
+    Epoch ts with a fractional part beyond float64 precision (> 2**53 ns) are re-read from their digits."""
+    was = gc.isenabled()
+    gc.disable()  # millions of small allocations: generation-0 collections would cost ~40 %
+    try:
+        events = _events_decoder.decode(data)
+        if _needs_exact_ts(events):
+            events = _exact_ts_decoder.decode(data)
+            for e in events:
+                e.ts = _exact_ts(e.ts)
+        return events
+    except msgspec.ValidationError:
+        invalid_utf8 = False
+        try:
+            objs = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            if "recursion" in str(e):
+                raise BadValue("has JSON nested deeper than any trace event (over 1,024 levels)") from None
+            try:
+                data.decode("utf-8")
+                raise msgspec.DecodeError(str(e)) from None
+            except UnicodeDecodeError:  # read what it says; the note tells names may hold U+FFFD
+                data = data.decode("utf-8", errors="replace").encode()
+                invalid_utf8 = True
+            try:
+                objs = orjson.loads(data)
+            except orjson.JSONDecodeError as e2:
+                raise msgspec.DecodeError(str(e2)) from None
+        events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
+        if _needs_exact_ts(events):
+            objs = json.loads(data, parse_float=Decimal)
+            events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
+        events.invalid_utf8 = invalid_utf8
+        return events
+    except RecursionError:
+        raise BadValue("has JSON nested deeper than any trace event") from None
+    finally:
+        if was:
+            gc.enable()

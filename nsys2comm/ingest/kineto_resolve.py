@@ -1,0 +1,78 @@
+"""Kineto importer, stage 3: after a file's rows are in the job DB, place them on the job timeline and resolve each
+communication kernel's collective, sizes and group (queries/ingest/kineto_comm_ops.sql) into comm_ops and
+ingest_notes.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from ..errors import InputError
+from .kineto_decode import HINT_BAD_VALUE
+
+
+_TABLES = ("kernels", "mem_ops", "api_calls", "cpu_ranges")
+
+def _collectives_without_kernels(con, fid: int) -> int:
+    """record_param_comms operations that no communication kernel links to (by External id or launch nesting)."""
+    return con.execute("""
+      WITH rec AS (SELECT * FROM _kineto_comm_records($fid)),
+      linked AS (
+        SELECT unnest([e1, e2, e3, e4]) AS range_id FROM _kineto_launch_chain($fid)
+        UNION SELECT x.range_id FROM rec x JOIN rec k ON k.kind = '_kernel_args' AND x.ext_id = k.ext_id
+                                                  AND x.kind = 'cpu_op')
+      SELECT count(*) FROM rec
+      WHERE name = 'record_param_comms' AND NOT is_wait AND coll IS NOT NULL
+        AND range_id NOT IN (SELECT range_id FROM linked WHERE range_id IS NOT NULL)""", {"fid": fid}).fetchone()[0]
+
+
+def finalize(con, file_id: int) -> None:
+    fid = int(file_id)
+    off, path = con.execute("SELECT coalesce(clock_offset_ns, 0), path FROM files WHERE file_id = ?", [fid]).fetchone()
+    rank, = con.execute("SELECT rank FROM ranks WHERE file_id = ? LIMIT 1", [fid]).fetchone()
+    for t in _TABLES:
+        sets = []
+        if off:
+            sets.append(f"start_ns = start_ns + {int(off)}, end_ns = end_ns + {int(off)}")
+        stale = con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {t} WHERE file_id = {fid} AND rank <> {rank} LIMIT 1)").fetchone()[0]
+        if stale:
+            sets.append(f"rank = {rank}")
+        if sets:
+            try:
+                con.execute(f"UPDATE {t} SET {', '.join(sets)} WHERE file_id = {fid}")
+            except duckdb.OutOfRangeException:
+                raise InputError(f"has timestamps that overflow int64 nanoseconds once baseTimeNanoseconds ({off}) "
+                                 "is added", path=path, hint=HINT_BAD_VALUE) from None
+    if con.execute(f"SELECT count(*) FROM (SELECT 1 FROM devices WHERE file_id = {fid} AND rank <> {rank} LIMIT 1)").fetchone()[0]:
+        con.execute(f"UPDATE devices SET rank = {rank} WHERE file_id = {fid}")
+
+    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _kineto_comm_ops(?)", [fid])
+    n_comm, n_nosize, n_unknown, n_kargs, n_assumed = con.execute(f"""
+      SELECT count(*), count(*) FILTER (WHERE msg_bytes IS NULL), count(*) FILTER (WHERE collective = 'unknown'),
+             count(*) FILTER (WHERE collective_source = 'kernel_args'),
+             count(*) FILTER (WHERE group_source = 'assumed_world_size')
+      FROM comm_ops WHERE file_id = {fid}""").fetchone()
+    notes = []
+    if n_assumed:
+        notes.append(("info", "assumed_group_size",
+                      f"{n_assumed} of {n_comm} communication kernels record no process group; the trace shows only "
+                      "the default group, so its size was assumed to be the world size"))
+    n_cpu_only = _collectives_without_kernels(con, fid)
+    if n_cpu_only:
+        notes.append(("info", "collectives_without_kernels",
+                      f"{n_cpu_only} collectives recorded on the CPU launched no communication kernel (e.g. a "
+                      "size-1 group, or a backend without GPU kernels); they are not in comm_ops"))
+    if n_nosize:
+        notes.append(("warning", "no_msg_sizes",
+                      f"{n_nosize} of {n_comm} communication kernels have no message size: profile with "
+                      "record_shapes=True, or with PyTorch >= 2.2 (collective args on kernels)"))
+    if n_unknown:
+        notes.append(("warning", "unknown_collective",
+                      f"{n_unknown} of {n_comm} communication kernels could not be matched to a collective"))
+    if n_comm and not n_kargs:
+        notes.append(("info", "no_collective_args",
+                      "communication kernels carry no collective args (PyTorch < 2.2): collectives were found "
+                      "through their launches"))
+    for sev, code, msg in notes:
+        con.execute("INSERT INTO ingest_notes VALUES (?, ?, ?, ?, ?)", [fid, rank, sev, code, msg])
+    con.execute(f"DELETE FROM cpu_ranges WHERE file_id = {fid} AND kind = '_kernel_args'")

@@ -1,0 +1,283 @@
+"""Kineto importer, stage 2: decoded events -> canonical rows (kernels, mem_ops, api_calls, cpu_ranges).
+
+The hot loop keeps only what the schema needs; communication kernels' args are staged as cpu_ranges rows of kind
+'_kernel_args' for stage 3 (kineto_resolve). Values that cannot be stored raise BadValue.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import pyarrow as pa
+
+from .base import Batch
+from .kineto_decode import _EMPTY_ARGS, _NULL, Args, BadValue, Event, _canonical_args, _encode
+
+
+_KIND = {
+    "kernel": 1, "Kernel": 1,
+    "gpu_memcpy": 2, "Memcpy": 2,
+    "gpu_memset": 3, "Memset": 3,
+    "cuda_runtime": 4, "Runtime": 4, "xpu_runtime": 4, "privateuse1_runtime": 4, "mtia_runtime": 4,
+    "cuda_driver": 5, "xpu_driver": 5, "privateuse1_driver": 5,
+    "user_annotation": 6,
+    "gpu_user_annotation": 7,
+    "cpu_op": 8, "Operator": 8,
+}
+_COMM_CPU_PREFIX = ("record_param_comms", "c10d::", "nccl:", "gloo:", "ProfilerStep")
+_COMM_ANNOTATION_PREFIX = ("nccl:", "gloo:")
+# the same rule as SQL is_comm_kernel_name (20_classify.sql); used only to decide which kernels get staged args
+_COMM_KERNEL_RE = re.compile(
+    r"^(nccl|rccl)|multimem_|one_shot_all_reduce|two_shot_all_reduce|symm_mem|cross_device_reduce|"
+    r"custom_all_reduce|allreduce_fusion|deep_ep::|nvshmem", re.I)
+_COPY_KINDS = {"HtoD": "HtoD", "DtoH": "DtoH", "DtoD": "DtoD", "HtoH": "HtoH", "PtoP": "PtoP"}
+_MEMCPY_TOKEN = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD|AtoH|HtoA|AtoA)")
+
+SCHEMAS = {
+    "kernels": pa.schema([("kernel_id", pa.int64()), ("rank", pa.int32()), ("device_id", pa.int32()),
+                          ("stream_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
+                          ("name", pa.string()), ("correlation_id", pa.int64()),
+                          ("grid_x", pa.int32()), ("grid_y", pa.int32()), ("grid_z", pa.int32()),
+                          ("block_x", pa.int32()), ("block_y", pa.int32()), ("block_z", pa.int32()),
+                          ("graph_id", pa.int64())]),
+    "mem_ops": pa.schema([("memop_id", pa.int64()), ("rank", pa.int32()), ("device_id", pa.int32()),
+                          ("stream_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
+                          ("kind", pa.string()), ("copy_kind", pa.string()), ("bytes", pa.int64()),
+                          ("name", pa.string()), ("correlation_id", pa.int64())]),
+    "api_calls": pa.schema([("call_id", pa.int64()), ("rank", pa.int32()), ("pid", pa.int64()), ("tid", pa.int64()),
+                            ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()),
+                            ("correlation_id", pa.int64()), ("api", pa.string())]),
+    "cpu_ranges": pa.schema([("range_id", pa.int64()), ("rank", pa.int32()), ("pid", pa.int64()),
+                             ("tid", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
+                             ("name", pa.string()), ("kind", pa.string()), ("device_id", pa.int32()),
+                             ("args", pa.string())]),
+}
+
+
+_NONE3 = (None, None, None)
+
+# _State flags that date a trace (kineto.md §1.7), as files.producer reports them
+_ERA_MARKERS = (("kernel_coll_args", "collective args on kernels"),
+                ("kernel_pg_args", "process-group args on kernels"),
+                ("kernel_p2p_args", "Src/Dst Rank on kernels"),
+                ("kernel_seq", "Seq on kernels"),
+                ("driver", "cuda_driver events"))
+
+
+def _int_or_none(v):
+    return v if type(v) is int else None
+
+
+_STREAM_TID = re.compile(r"stream\s*(\d+)", re.I)
+
+
+def _stream_of(tid):
+    """A GPU event's stream from its tid: an int, or (2020-2021 traces) a string like 'stream 7'."""
+    if type(tid) is int:
+        return tid
+    m = _STREAM_TID.match(tid) if isinstance(tid, str) else None
+    return int(m.group(1)) if m else None
+
+
+def _describe_bad_event(e, err: Exception) -> str:
+    what = f"'{e.cat}' event '{(e.name or '')[:60]}'" if e is not None else "an event"
+    return f"has a {what} with ts {e.ts!r} and dur {e.dur!r}, which are not finite times ({err})"
+
+
+def _copy_kind(name: str) -> str:
+    m = _MEMCPY_TOKEN.search(name)
+    if m:
+        return _COPY_KINDS.get(m.group(1), "other")
+    return "other"
+
+
+def _column(values, field: pa.Field, table: str) -> pa.Array:
+    try:
+        return pa.array(values, type=field.type)
+    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+        bad = next((v for v in values if isinstance(v, int) and not _fits(v, field.type)), None)
+        what = {"start_ns": "a timestamp", "end_ns": "an end time"}.get(field.name, f"a {field.name}")
+        shown = str(bad) if len(str(bad)) <= 24 else f"{str(bad)[:8]}… ({len(str(bad))} digits)"
+        raise BadValue(f"has {what} ({table}.{field.name} = {shown}) outside the {field.type} range") from None
+
+
+def _fits(v: int, t: pa.DataType) -> bool:
+    bits = t.bit_width if pa.types.is_integer(t) else 64
+    return -(1 << (bits - 1)) <= v < (1 << (bits - 1))
+
+
+class _State:
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.rows: dict[str, list[tuple]] = {t: [] for t in SCHEMAS}
+        self.next_id = {t: 0 for t in SCHEMAS}
+        self.devices: set[int] = set()
+        self.n_kernels = 0
+        self.n_events = 0
+        self.float_ts = False
+        self.int_ts = False
+        self.kernel_coll_args = False
+        self.kernel_pg_args = False
+        self.kernel_p2p_args = False
+        self.kernel_seq = False
+        self.legacy_cats = False
+        self.driver = False
+        self.first_cpu_pid: int | None = None
+        self.min_ts: float | None = None
+        self.comm_name_cache: dict[str, bool] = {}
+        self.n_negative_dur = 0
+        self.invalid_utf8 = False
+
+    def flush(self) -> Iterator[Batch]:
+        for table, rows in self.rows.items():
+            if rows:
+                schema = SCHEMAS[table]
+                arrays = [_column(col, f, table) for col, f in zip(zip(*rows), schema)]
+                rows.clear()
+                yield Batch(table, pa.Table.from_arrays(arrays, schema=schema))
+
+    def add_events(self, events) -> None:  # noqa: C901 - the hot loop, kept flat on purpose
+        rank = self.rank
+        K = self.rows["kernels"].append
+        M = self.rows["mem_ops"].append
+        A = self.rows["api_calls"].append
+        C = self.rows["cpu_ranges"].append
+        kind_of = _KIND.get
+        nid = self.next_id
+        nk, nm, na = nid["kernels"], nid["mem_ops"], nid["api_calls"]
+        comm_cache = self.comm_name_cache
+        devices = self.devices
+        empty = _EMPTY_ARGS
+        min_ts = self.min_ts
+        int_ts = float_ts = False
+        self.n_events += len(events)
+        n_negative = 0
+        e = None
+        try:  # free until it raises: a NaN/inf ts or dur is found where it breaks, not by a check per event
+            for e in events:
+                kind = kind_of(e.cat)
+                if kind is None or e.ph != "X":
+                    continue
+                t = e.ts
+                if t is None:
+                    continue
+                if type(t) is int:
+                    start = t * 1000
+                    int_ts = True
+                else:
+                    start = round(t * 1000)
+                    float_ts = True
+                d = e.dur
+                if d is None:
+                    end = start
+                elif type(d) is int:
+                    end = start + d * 1000
+                else:
+                    end = start + round(d * 1000)
+                if end < start:  # a negative dur: no interval to place (counted, noted, dropped)
+                    n_negative += 1
+                    continue
+                if min_ts is None or t < min_ts:
+                    min_ts = t
+                a = e.args
+                if a is None:
+                    a = empty
+                name = e.name
+                if name is None:
+                    name = ""
+                if kind == 1:  # kernel
+                    pid = e.pid
+                    dev = a.device
+                    if dev is None:
+                        dev = pid if type(pid) is int else 0
+                    stream = a.stream
+                    if stream is None:
+                        stream = _stream_of(e.tid)
+                    g = a.grid
+                    if g is None or len(g) != 3:
+                        g = _NONE3
+                    b = a.block
+                    if b is None or len(b) != 3:
+                        b = _NONE3
+                    K((nk, rank, dev, stream, start, end, name, a.correlation, g[0], g[1], g[2], b[0], b[1], b[2],
+                       a.graph_id))
+                    devices.add(dev)
+                    is_comm = comm_cache.get(name)
+                    if is_comm is None:
+                        is_comm = comm_cache[name] = bool(_COMM_KERNEL_RE.search(name[5:] if name.startswith("void ") else name))
+                    if is_comm or a.coll is not None:
+                        self._stage_kernel_args(nk, e, a, start, end, dev)
+                    nk += 1
+                elif kind == 2 or kind == 3:  # memcpy / memset
+                    pid = e.pid
+                    dev = a.device
+                    if dev is None:
+                        dev = pid if type(pid) is int else 0
+                    stream = a.stream
+                    if stream is None:
+                        stream = _stream_of(e.tid)
+                    if kind == 2:
+                        M((nm, rank, dev, stream, start, end, "memcpy", _copy_kind(name), a.bytes, name, a.correlation))
+                    else:
+                        M((nm, rank, dev, stream, start, end, "memset", None, a.bytes, name, a.correlation))
+                    nm += 1
+                    devices.add(dev)
+                elif kind == 4 or kind == 5:  # runtime / driver call
+                    if a.correlation is None:
+                        continue
+                    pid = e.pid
+                    if type(pid) is not int:
+                        pid = None
+                    elif self.first_cpu_pid is None:
+                        self.first_cpu_pid = pid
+                    A((na, rank, pid, _int_or_none(e.tid), start, end, name, a.correlation,
+                       "runtime" if kind == 4 else "driver"))
+                    na += 1
+                    if kind == 5:
+                        self.driver = True
+                else:  # 6 user_annotation, 7 gpu_user_annotation, 8 cpu_op
+                    if kind == 8:
+                        if not name.startswith(_COMM_CPU_PREFIX):
+                            continue
+                        ckind = "cpu_op" if not name.startswith("ProfilerStep") else "user_annotation"
+                        args_json = self._args_json(a)
+                    elif kind == 6:
+                        ckind = "user_annotation"
+                        # nccl:*/gloo:* annotations carry the collective's input shapes (PyTorch < 2.2)
+                        args_json = self._args_json(a) if name.startswith(_COMM_ANNOTATION_PREFIX) else None
+                    else:
+                        ckind = "gpu_user_annotation"
+                        args_json = None
+                    rid = nid["cpu_ranges"]
+                    nid["cpu_ranges"] = rid + 1
+                    pid = _int_or_none(e.pid)
+                    C((rid, rank, pid, _int_or_none(e.tid), start, end, name, ckind, pid if kind == 7 else None, args_json))
+                    if kind != 7 and self.first_cpu_pid is None and pid is not None:
+                        self.first_cpu_pid = pid
+        except (ValueError, OverflowError, TypeError) as err:  # e is the event that broke it
+            raise BadValue(_describe_bad_event(e, err)) from None
+        self.n_negative_dur += n_negative
+        nid["kernels"], nid["mem_ops"], nid["api_calls"] = nk, nm, na
+        self.min_ts = min_ts
+        self.int_ts |= int_ts
+        self.float_ts |= float_ts
+
+    @staticmethod
+    def _args_json(a: Args) -> str | None:
+        b = _encode(_canonical_args(a))
+        return None if b == b"{}" else b.decode()
+
+    def _stage_kernel_args(self, kid: int, e: Event, a: Args, start: int, end: int, dev: int) -> None:
+        if a.coll is not None:
+            self.kernel_coll_args = True
+            if a.pg_name is not None or a.pg_ranks is not _NULL:
+                self.kernel_pg_args = True
+            if a.src_rank is not None or a.dst_rank is not None:
+                self.kernel_p2p_args = True
+            if a.seq is not None:
+                self.kernel_seq = True
+        rid = self.next_id["cpu_ranges"]
+        self.next_id["cpu_ranges"] = rid + 1
+        self.rows["cpu_ranges"].append((rid, self.rank, None, kid, start, end, e.name or "", "_kernel_args", dev,
+                                        _encode(_canonical_args(a)).decode()))
