@@ -16,6 +16,9 @@ written and fills ``comm_ops`` (and ``ingest_notes``) with SQL over the file's c
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.context as mpc
+import multiprocessing.popen_forkserver as mpf
+import multiprocessing.spawn as mps
 import os
 import time
 from dataclasses import dataclass, field
@@ -48,11 +51,47 @@ def process_pool(workers: int):
     Each worker exits within a second of its creator's death, however it died (see :func:`_exit_with_creator`);
     the forkserver itself exits when its creator's end of its pipe closes. Stop a pool early with :func:`stop_pool`.
     """
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"),
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context(),
                                initializer=_exit_with_creator, initargs=(os.getpid(),))
+
+
+class _NoMainPopen(mpf.Popen):
+    """forkserver Popen whose child never imports the caller's ``__main__`` (see :func:`_worker_context`)."""
+
+    def _launch(self, process_obj):
+        prepare = mps.get_preparation_data
+
+        def without_main(name):
+            d = prepare(name)
+            d.pop("init_main_from_name", None)
+            d.pop("init_main_from_path", None)
+            return d
+
+        mps.get_preparation_data = without_main  # read by Popen._launch just below, restored at once
+        try:
+            super()._launch(process_obj)
+        finally:
+            mps.get_preparation_data = prepare
+
+
+class _NoMainProcess(mpc.ForkServerProcess):
+    _Popen = staticmethod(_NoMainPopen)
+
+
+def _worker_context() -> mpc.ForkServerContext:
+    """forkserver whose processes never import the caller's ``__main__``.
+
+    Workers run nsys2comm code only. By default multiprocessing re-runs the parent's main script in each child (and
+    the forkserver preloads it), so a script without an ``if __name__ == "__main__":`` guard would ingest again in
+    every worker, and stdin or a notebook cell cannot be re-run at all. Leaving ``__main__`` alone (as
+    multiprocessing itself does when main has no file) lets the API work from scripts, stdin and notebooks.
+    """
+    ctx = mpc.ForkServerContext()
+    ctx.Process = _NoMainProcess
+    ctx.set_forkserver_preload(["nsys2comm.ingest"])  # not '__main__' (the default); warms the workers' imports
+    return ctx
 
 
 def _exit_with_creator(creator_pid: int) -> None:
