@@ -19,8 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import polars as pl
 
-from . import catalog
-from .db import DUCKDB_MAGIC, connect, seal_read_only
+from .db import DUCKDB_MAGIC, connect, seal_read_only, settle
 from .errors import InputError, UsageError
 
 # Statement types that only read. Anything else needs write=True (the CLI's --write).
@@ -43,14 +42,6 @@ def is_database(path: str | Path) -> bool:
     except OSError:
         return False
     return head[8:12] == DUCKDB_MAGIC
-
-
-def settle(con):
-    """Finish any half-read ``execute()`` result so the connection takes new work (DuckDB >= 2 refuses otherwise)."""
-    complete = getattr(con, "complete", None)
-    if complete is not None:
-        complete()
-    return con
 
 
 def _parse_value(v: Any) -> Any:
@@ -84,48 +75,12 @@ def parse_params(pairs: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
-def _fallback_run_query(con, name: str, params: dict[str, Any]) -> pl.DataFrame:
-    """Runs a catalog object when nsys2comm.analysis is not available: views/tables read whole, table macros
-    called with named arguments bound as prepared parameters."""
-    obj = catalog.find(name)
-    if obj is None:
-        raise InputError(f"no catalog object named {name!r}", hint="see 'nsys2comm queries list'")
-    if obj.kind == "macro" and obj.is_table_macro:
-        unknown = set(params) - set(obj.params)
-        if unknown:
-            raise UsageError(f"{name} has no parameter {', '.join(sorted(unknown))}",
-                             hint="parameters: " + (", ".join(obj.params) or "none"))
-        args = ", ".join(f"{k} := ${k}" for k in params)
-        return settle(con).sql(f"SELECT * FROM {name}({args})", params=params).pl()
-    if obj.kind == "macro":
-        raise UsageError(f"{name} is a scalar macro, not a query", hint=f"use it in SQL: nsys2comm sql DB \"SELECT {name}(...)\"")
-    if params:
-        raise UsageError(f"{name} is a {obj.kind} and takes no parameters", hint="filter it with 'nsys2comm sql'")
-    return settle(con).sql(f"SELECT * FROM {name}").pl()
-
-
 def run_query(con, name: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
-    """Run a documented catalog object by name (delegates to ``nsys2comm.analysis.run_query``)."""
-    params = params or {}
-    obj = catalog.find(name)
-    if obj is None or not obj.public:
-        known = [o.name for o in catalog.public_queries()]
-        close = [k for k in known if name.lower() in k.lower() or k.lower() in name.lower()][:3]
-        raise UsageError(f"no query named {name!r}",
-                         hint=("did you mean " + ", ".join(close) + "? " if close else "") + "see 'nsys2comm queries list'")
-    # parameter names are a usage matter (exit 2), checked here against the catalog docs for every backend
-    unknown = sorted(set(params) - set(obj.params))
-    if unknown:
-        if obj.params:
-            raise UsageError(f"{name} has no parameter {', '.join(unknown)}", hint="parameters: " + ", ".join(obj.params))
-        raise UsageError(f"{name} takes no parameters", hint="filter its rows with 'nsys2comm sql'")
-    try:
-        from .analysis import run_query as _run  # owned by the analysis module
-    except ImportError:
-        _run = None
-    if _run is None:
-        return _fallback_run_query(con, name, params)
-    return _run(settle(con), name, params)
+    """Run a documented catalog object by name with named parameters (validated once, in
+    :func:`nsys2comm.analysis.run_query`); returns a polars DataFrame."""
+    from .analysis import run_query as _run
+
+    return _run(settle(con), name, params or {})
 
 
 # catalog query -> chart function in nsys2comm.report.charts (each takes the query's DataFrame)
@@ -227,7 +182,7 @@ class Job:
         try:
             statements = self.con.extract_statements(text)
         except duckdb.Error as e:
-            raise InputError(f"SQL error: {_first_line(e)}", hint="check the SQL; 'nsys2comm schema' lists tables") from None
+            raise InputError(f"SQL error: {_duckdb_message(e)}") from None
         if not statements:
             raise UsageError("no SQL statement given", hint="e.g. \"SELECT * FROM ranks\"")
         if not write:
@@ -235,7 +190,7 @@ class Job:
                 kind = st.type.name
                 if kind not in _READ_ONLY_TYPES and not (kind == "CREATE" and _TEMP_CREATE.match(st.query)):
                     raise InputError(f"refusing a {kind} statement: the database is opened read-only",
-                                     hint="add --write to change it (or use CREATE TEMP ... for scratch objects)")
+                                     hint="open it for writing to change it (or use CREATE TEMP ... for scratch objects)")
         settle(self.con)
         for i, st in enumerate(statements):
             last = i == len(statements) - 1
@@ -246,26 +201,24 @@ class Job:
                 self.con.execute(st.query)
                 settle(self.con)
             except duckdb.Error as e:
-                msg = _first_line(e)
+                msg = _duckdb_message(e)
                 if "read-only" in msg.lower():
-                    raise InputError(f"refused: {msg}", hint="add --write to change the database") from None
-                raise InputError(f"SQL error: {msg}", hint="check the SQL; 'nsys2comm schema' lists tables") from None
+                    raise InputError(f"refused: {msg}", hint="open the database for writing to change it") from None
+                raise InputError(f"SQL error: {msg}") from None
         return pl.DataFrame()
 
     def summary(self) -> dict:
         """The job summary (see :func:`nsys2comm.summary.build_summary`)."""
         from .summary import build_summary
 
-        return build_summary(self.con)
+        failed = [{"path": r.path, "error": r.message} for r in self.results if r.status == "failed"]
+        return build_summary(self.con, failed)
 
     def chart(self, name: str, **params: Any):
         """An Altair chart of a catalog query, drawn by the report's chart functions."""
-        try:
-            from .report import charts  # type: ignore[attr-defined]
-        except ImportError:
-            charts = None
-        fn_name = CHARTS.get(name, f"{name}_chart")
-        fn = getattr(charts, fn_name, None) if charts else None
+        from .report import charts
+
+        fn = getattr(charts, CHARTS.get(name, f"{name}_chart"), None)
         if fn is None:
             raise UsageError(f"no chart for {name!r}", hint="charts exist for: " + ", ".join(sorted(CHARTS)))
         if name == "p2p_latency_by_size":
@@ -276,18 +229,13 @@ class Job:
     def report(self, out_path: str | Path, *, png_dir: str | Path | None = None,
                svg_dir: str | Path | None = None) -> Path:
         """Write the self-contained HTML report (and PNG/SVG copies of the charts when asked)."""
-        try:
-            from .report import build_report  # type: ignore[attr-defined]
-        except ImportError:
-            build_report = None
-        if build_report is None:
-            raise InputError("the report module is not available in this build",
-                             hint="use 'nsys2comm summary' or 'nsys2comm query' meanwhile")
+        from .report import build_report
+
         out = Path(out_path)
         build_report(self.con, out, png_dir=png_dir, svg_dir=svg_dir)
         return out
 
 
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else type(e).__name__
+def _duckdb_message(e: BaseException) -> str:
+    """All that DuckDB said (candidate bindings, LINE and caret lines included)."""
+    return str(e).strip() or type(e).__name__

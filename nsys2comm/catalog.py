@@ -50,6 +50,16 @@ class CatalogObject:
     def is_table_macro(self) -> bool:
         return self.kind == "macro" and bool(re.search(r"\bAS\s+TABLE\b", self.sql, re.I))
 
+    @property
+    def has_view(self) -> bool:
+        """A public analysis macro that needs no argument is also a view under its own name, so SQL users can
+        write ``FROM overlap_by_rank`` (and see it in SHOW TABLES); ``overlap_by_rank(compat := 'hta')`` still
+        calls the macro."""
+        return self.public and self.is_table_macro and not self.required_params and self.area != "prelude"
+
+    def view_sql(self, temp: bool = False) -> str:
+        return f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {self.name} AS SELECT * FROM {self.name}()"
+
 
 def queries_dir() -> Path:
     """The queries/ folder: packaged copy when installed from a wheel, else the source tree."""
@@ -151,3 +161,12 @@ def install(con, *, tables: bool = True) -> None:
         else:
             what = "MACRO TABLE" if obj.is_table_macro else "MACRO"
             con.execute(f"COMMENT ON {what} {obj.name} IS {_quote(obj.description)}")
+        if obj.has_view:
+            con.execute(obj.view_sql())
+            comment_view(con, obj)
+
+
+def comment_view(con, obj: CatalogObject) -> None:
+    con.execute(f"COMMENT ON VIEW {obj.name} IS {_quote(obj.description)}")
+    for col, doc in obj.columns.items():
+        con.execute(f"COMMENT ON COLUMN {obj.name}.{col} IS {_quote(doc)}")

@@ -24,6 +24,14 @@ _NO_EXTENSIONS = {"autoload_known_extensions": False, "autoinstall_known_extensi
 _INGEST_IT = "to ingest it: nsys2comm ingest FILE --db run.duckdb"
 
 
+def settle(con):
+    """Finish any half-read ``execute()`` result so the connection takes new work (DuckDB >= 2 refuses otherwise)."""
+    complete = getattr(con, "complete", None)
+    if complete is not None:
+        complete()
+    return con
+
+
 def _install_temp_objects(con: duckdb.DuckDBPyConnection) -> None:
     """Macros and views as TEMP objects: work on read-only databases and always match this package."""
     for obj in catalog.load_catalog():
@@ -31,6 +39,8 @@ def _install_temp_objects(con: duckdb.DuckDBPyConnection) -> None:
             continue
         con.execute(obj.sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO", 1)
                     .replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
+        if obj.has_view:
+            con.execute(obj.view_sql(temp=True))
 
 
 def _check_is_job_db(con: duckdb.DuckDBPyConnection, path: str) -> None:

@@ -19,8 +19,10 @@ overlap_pct                share of communication time overlapped by compute ker
 exposed_comm_ns            communication time not overlapped by compute, summed over ranks, ns
 exposed_comm_pct           exposed_comm_ns / gpu_busy_ns × 100
 worst_rank_exposed_comm_pct  the highest per-rank exposed_comm_pct, with ``worst_rank``
-worst_collective           {collective, msg_bytes, msg_bytes_hi, group_size, count, total_ns, busbw_gbps, algbw_gbps}:
-                           the collective and message-size bucket [msg_bytes, msg_bytes_hi) taking the most time
+worst_collective           {collective, msg_bytes, msg_bytes_hi, group_size, group_size_assumed, count, total_ns,
+                           busbw_gbps, algbw_gbps}: the collective and message-size bucket [msg_bytes, msg_bytes_hi)
+                           taking the most time; group_size_assumed: busbw rests on the world size assumed for a
+                           trace that records no process group
 p2p                        {small_msg_share_pct, small_msg_bytes, threshold_rule, alpha_us, beta_gbps, n_half_bytes,
                            fit_quality, n_ops, small_ops}: matched send/recv (latency_model row 'p2p'): share of
                            p2p transfer time in messages below small_msg_bytes (n½ = α·β of the fit, or 64 KiB when
@@ -35,6 +37,7 @@ latency_models             [{collective, group_size, instances, alpha_us, beta_g
 max_skew_ms                largest start skew of one collective instance across its ranks, ms
 stragglers                 [{rank, times_last, wait_ns}] up to 3 likeliest stragglers (rank_wait's TraceLens
                            order: least total wait first), only ranks that arrived last at least once
+failed_files               [{path, error}] traces that could not be ingested (one-off summaries of trace files)
 missing                    [str] what data was missing and what to do about it (ingest notes, absent queries);
                            a metric that cannot be computed is null and named here as "KEY: not available (why)";
                            a job without traces says "no traces"
@@ -43,6 +46,8 @@ thresholds                 [{name, metric, limit, value, ok, what}] filled by :f
 ok                         false when a threshold is violated, null when none is but one was not evaluated,
                            true when every threshold was evaluated and held
 =========================  ====================================================================================
+
+Every float has 6 significant digits. Per-rank notes appear once per kind ("on 8 ranks (e.g. rank 0: …)").
 
 Not available, never 0: skew needs a collective matched on at least two ranks, overlap needs communication,
 bandwidth needs message sizes.
@@ -54,70 +59,69 @@ from typing import Any
 
 import polars as pl
 
-from . import __version__, catalog
+from . import __version__
+from .db import settle
 
 SCHEMA_VERSION = 1
 
-# TODO(analysis owner): the analysis objects below are being written in queries/; the column names this
-# module looks for are the likely spellings (first match wins). Settle them here once the SQL lands.
 OVERLAP = "overlap_by_rank"
 BANDWIDTH = "collective_bandwidth"
 LATENCY = "latency_model"
 LATENCY_TOTAL = "latency_bound_total"
 WAIT = "rank_wait"
 SKEW = "collective_skew"
-BREAKDOWN = "time_breakdown_by_rank"
 DIAGNOSTICS = "diagnostics"
+# the documented columns each summary section reads (tests check them against the catalog)
+COLUMNS = {
+    OVERLAP: ("rank", "busy_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
+    BANDWIDTH: ("collective", "group_size", "group_size_assumed", "bucket_lo_bytes", "bucket_hi_bytes", "ops",
+                "total_ns", "algbw_gbps", "busbw_gbps"),
+    LATENCY: ("collective", "group_size", "instances", "alpha_us", "beta_gbps", "n_half_bytes", "fit_quality",
+              "latency_bound_pct", "coalescing_saving_ns", "small_threshold_bytes", "threshold_rule",
+              "below_threshold_ops"),
+    LATENCY_TOTAL: ("latency_bound_pct", "coalescing_saving_ns"),
+    WAIT: ("rank", "total_wait_ns", "times_arrived_last", "straggler_rank_order"),
+    SKEW: ("start_skew_ns",),
+    DIAGNOSTICS: ("severity", "rank", "code", "message"),
+}
 
 SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "sources", "gpu_busy_ns", "comm_ns",
                 "comm_share_pct", "overlap_pct", "exposed_comm_ns", "exposed_comm_pct", "worst_rank",
                 "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "latency_bound_pct",
-                "coalescing_saving_ms", "latency_models", "max_skew_ms", "stragglers", "missing",
+                "coalescing_saving_ms", "latency_models", "max_skew_ms", "stragglers", "failed_files", "missing",
                 "thresholds", "ok"]
+DIGITS = 6  # every float in the summary: 6 significant digits (one precision for every key)
 
 
 def _query(con, name: str, missing: list[str], params: dict | None = None) -> pl.DataFrame | None:
-    obj = catalog.find(name)
-    if obj is None:
-        missing.append(f"analysis '{name}' is not in this build")
-        return None
-    from .api import run_query
+    from .analysis import run_query
 
     try:
-        return run_query(con, name, params or {})
+        return run_query(settle(con), name, params or {})
     except Exception as e:  # noqa: BLE001 - a summary reports what it could not compute
         missing.append(f"analysis '{name}' failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
         return None
 
 
-def _col(df: pl.DataFrame | None, *names: str) -> str | None:
-    if df is None:
-        return None
-    return next((n for n in names if n in df.columns), None)
-
-
-def _sum(df: pl.DataFrame, col: str | None) -> float | None:
-    if col is None or df.is_empty():
-        return None
-    v = df.get_column(col).sum()
-    return None if v is None else v
-
-
 def _pct(num, den) -> float | None:
     if num is None or not den:
         return None
-    return round(100.0 * num / den, 3)
-
-
-def _share_pct(v) -> float | None:
-    """A share given as a fraction (0..1) or a percentage, as a percentage."""
-    if v is None:
-        return None
-    return round(100.0 * v, 3) if 0 <= v <= 1 else round(float(v), 3)
+    return 100.0 * num / den
 
 
 def _int(v) -> int | None:
     return None if v is None else int(round(v))
+
+
+def _round(v):
+    """Floats to DIGITS significant digits, recursively; everything else as is."""
+    if isinstance(v, float):
+        return v if v != v or v in (float("inf"), float("-inf")) else float(f"{v:.{DIGITS}g}")
+    if isinstance(v, dict):
+        return {k: _round(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return v
 
 
 def not_available(s: dict, key: str, why: str) -> None:
@@ -134,91 +138,74 @@ def empty_summary(why: str) -> dict[str, Any]:
     """The summary of a job without traces (nothing ingested): every metric null, ``missing`` says why."""
     s: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
     s.update(schema_version=SCHEMA_VERSION, nsys2comm_version=__version__, ranks=0, files=0, sources=[],
-             stragglers=[], missing=[f"{NO_TRACES}: {why}"], thresholds=[], ok=True)
+             stragglers=[], failed_files=[], missing=[f"{NO_TRACES}: {why}"], thresholds=[], ok=True)
     return s
 
 
-def build_summary(con) -> dict[str, Any]:
-    """The summary dict of the job in ``con`` (an open job database)."""
+def build_summary(con, failed_files: list[dict] | None = None) -> dict[str, Any]:
+    """The summary dict of the job in ``con`` (an open job database); ``failed_files`` ({path, error}) lists the
+    traces a one-off ingest could not read."""
     missing: list[str] = []
     s: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
     s.update(schema_version=SCHEMA_VERSION, nsys2comm_version=__version__, stragglers=[], missing=missing,
-             thresholds=[], ok=True)
-
+             failed_files=list(failed_files or []), thresholds=[], ok=True)
     s["ranks"] = con.execute("SELECT count(*) FROM ranks").fetchall()[0][0]
     s["files"] = con.execute("SELECT count(*) FROM files").fetchall()[0][0]
     s["sources"] = [r[0] for r in con.execute("SELECT DISTINCT source FROM files ORDER BY source").fetchall()]
+    _overlap(s, con, missing)
+    _worst_collective(s, con, missing)
+    _latency(s, con, missing)
+    _skew(s, con, missing)
+    _notes(s, con, missing)
+    if s["files"] == 0:
+        missing.insert(0, f"{NO_TRACES}: the job holds no trace files")
+        return _round(s)
+    _name_unavailable(s, con)
+    return _round(s)
 
-    # -- communication share, overlap, exposed communication ---------------------------------------------------
+
+def _overlap(s: dict, con, missing: list[str]) -> None:
+    """Communication share, overlap and exposed communication (overlap_by_rank, summed over ranks)."""
     ov = _query(con, OVERLAP, missing)
-    if ov is not None and not ov.is_empty():
-        busy_c = _col(ov, "gpu_busy_ns", "busy_ns", "gpu_time_ns", "kernel_busy_ns")
-        comm_c = _col(ov, "comm_ns", "comm_busy_ns", "comm_time_ns")
-        olap_c = _col(ov, "overlapped_ns", "comm_overlapped_ns", "overlap_ns", "comm_overlapped_by_compute_ns")
-        exp_c = _col(ov, "exposed_comm_ns", "exposed_ns", "comm_exposed_ns")
-        busy, comm = _sum(ov, busy_c), _sum(ov, comm_c)
-        if busy is None:  # GPU-busy time from the time breakdown when overlap_by_rank does not carry it
-            tb = _query(con, BREAKDOWN, missing)
-            b_c = _col(tb, "gpu_busy_ns", "busy_ns", "kernel_busy_ns")
-            if b_c:
-                busy = _sum(tb, b_c)
-            elif _col(tb, "span_ns") and _col(tb, "idle_ns"):
-                busy = _sum(tb, "span_ns") - _sum(tb, "idle_ns")
-        olap = _sum(ov, olap_c)
-        exposed = _sum(ov, exp_c)
-        if exposed is None and comm is not None and olap is not None:
-            exposed = comm - olap
-        if olap is None and comm is not None and exposed is not None:
-            olap = comm - exposed
+    if ov is not None and ov.height:
+        busy, comm = ov["busy_ns"].sum(), ov["comm_ns"].sum()
+        olap, exposed = ov["comm_overlapped_ns"].sum(), ov["exposed_comm_ns"].sum()
         s["gpu_busy_ns"], s["comm_ns"], s["exposed_comm_ns"] = _int(busy), _int(comm), _int(exposed)
         s["comm_share_pct"] = _pct(comm, busy)
         s["overlap_pct"] = _pct(olap, comm)
         s["exposed_comm_pct"] = _pct(exposed, busy)
-        if busy_c and "rank" in ov.columns and (exp_c or (comm_c and olap_c)):
-            per = ov.with_columns(
-                (pl.col(exp_c) if exp_c else pl.col(comm_c) - pl.col(olap_c)).alias("_exp"))
-            per = per.with_columns((100.0 * pl.col("_exp") / pl.col(busy_c)).alias("_pct")).filter(
-                pl.col("_pct").is_not_null() & pl.col("_pct").is_not_nan()).sort(["_pct", "rank"],
-                                                                                   descending=[True, False])
-            if not per.is_empty():
-                s["worst_rank"] = int(per.get_column("rank")[0])
-                s["worst_rank_exposed_comm_pct"] = round(float(per.get_column("_pct")[0]), 3)
+        per = (ov.filter(pl.col("busy_ns") > 0)
+               .with_columns((100.0 * pl.col("exposed_comm_ns") / pl.col("busy_ns")).alias("_pct"))
+               .sort(["_pct", "rank"], descending=[True, False]))
+        if per.height and s["comm_ns"]:
+            s["worst_rank"] = int(per["rank"][0])
+            s["worst_rank_exposed_comm_pct"] = float(per["_pct"][0])
     if not con.execute("SELECT count(*) FROM (SELECT 1 FROM kernels LIMIT 1)").fetchone()[0]:
         for key in ("gpu_busy_ns", "comm_ns", "exposed_comm_ns"):  # nothing measured on a GPU: not a measured 0
             s[key] = None
             not_available(s, key, "the job has no GPU kernels")
 
-    # -- worst collective --------------------------------------------------------------------------------------
-    bw = _query(con, BANDWIDTH, missing)
-    if bw is not None and not bw.is_empty():
-        coll_c = _col(bw, "collective")
-        tot_c = _col(bw, "total_ns", "sum_ns", "total_dur_ns", "dur_ns_sum", "time_ns")
-        if coll_c and tot_c:
-            top = bw.sort(tot_c, descending=True, nulls_last=True).row(0, named=True)
-            bbw = _col(bw, "busbw_gbps", "bus_bw_gbps", "busbw_gb_s")
-            algbw = _col(bw, "algbw_gbps", "alg_bw_gbps")
-            size = _col(bw, "bucket_lo_bytes", "msg_bytes", "size_bytes")
-            count = _col(bw, "ops", "count", "n_ops", "n", "calls")
-            s["worst_collective"] = {
-                "collective": top[coll_c],
-                "msg_bytes": _int(top[size]) if size else None,
-                "msg_bytes_hi": _int(top["bucket_hi_bytes"]) if "bucket_hi_bytes" in top else None,
-                "group_size": _int(top["group_size"]) if top.get("group_size") is not None else None,
-                "group_size_assumed": top["group_size_assumed"],
-                "count": _int(top[count]) if count else None,
-                "total_ns": _int(top[tot_c]),
-                "busbw_gbps": top[bbw] if bbw else None,
-                "algbw_gbps": top[algbw] if algbw else None,
-            }
 
-    # -- latency-bound communication (latency_model: n½ is the rule for "small", 64 KiB a labelled fallback) ------
+def _worst_collective(s: dict, con, missing: list[str]) -> None:
+    """The (collective, group size, size bucket) with the most kernel time (collective_bandwidth)."""
+    bw = _query(con, BANDWIDTH, missing)
+    if bw is None or not bw.height:
+        return
+    top = bw.sort(["total_ns", "collective"], descending=[True, False], nulls_last=True).row(0, named=True)
+    s["worst_collective"] = {
+        "collective": top["collective"], "msg_bytes": top["bucket_lo_bytes"], "msg_bytes_hi": top["bucket_hi_bytes"],
+        "group_size": top["group_size"], "group_size_assumed": top["group_size_assumed"], "count": top["ops"],
+        "total_ns": top["total_ns"], "busbw_gbps": top["busbw_gbps"], "algbw_gbps": top["algbw_gbps"]}
+
+
+def _latency(s: dict, con, missing: list[str]) -> None:
+    """Latency-bound communication (latency_model: n½ is the rule for "small", 64 KiB a labelled fallback)."""
     models = _query(con, LATENCY, missing)
     total = _query(con, LATENCY_TOTAL, missing)
     if total is not None and total.height:
         t = total.row(0, named=True)
-        s["latency_bound_pct"] = None if t["latency_bound_pct"] is None else round(t["latency_bound_pct"], 3)
-        s["coalescing_saving_ms"] = (None if t["coalescing_saving_ns"] is None
-                                     else round(t["coalescing_saving_ns"] / 1e6, 6))
+        s["latency_bound_pct"] = t["latency_bound_pct"]
+        s["coalescing_saving_ms"] = None if t["coalescing_saving_ns"] is None else t["coalescing_saving_ns"] / 1e6
     if models is not None and models.height:
         s["latency_models"] = [
             {"collective": r["collective"], "group_size": r["group_size"], "instances": r["instances"],
@@ -241,52 +228,36 @@ def build_summary(con) -> dict[str, Any]:
     if s.get("coalescing_saving_ms") is None and s["ranks"]:
         not_available(s, "coalescing_saving_ms", "no α-β fit (needs sizes and two or more distinct sizes)")
 
-    # -- skew and stragglers ----------------------------------------------------------------------------------
-    wait = _query(con, WAIT, missing)
-    if wait is not None and not wait.is_empty() and "rank" in wait.columns:
-        last_c = _col(wait, "times_arrived_last", "times_last", "n_last", "arrived_last_count")
-        wait_c = _col(wait, "total_wait_ns", "wait_ns", "caused_wait_ns")
-        skew_c = _col(wait, "max_skew_ns", "skew_ns")
-        order_c = _col(wait, "straggler_rank_order")
-        if order_c:  # TraceLens ranking: 1 = lowest total wait = most likely straggler
-            top = wait.sort([order_c, "rank"])
-        elif last_c or wait_c:
-            top = wait.sort([c for c in (last_c, wait_c) if c] + ["rank"],
-                            descending=[True] * len([c for c in (last_c, wait_c) if c]) + [False])
-        else:
-            top = None
-        if top is not None:
-            if last_c:
-                top = top.filter(pl.col(last_c) > 0)
-            s["stragglers"] = [
-                {"rank": int(r["rank"]), "times_last": _int(r[last_c]) if last_c else None,
-                 "wait_ns": _int(r[wait_c]) if wait_c else None}
-                for r in top.head(3).iter_rows(named=True)]
-        if skew_c:
-            m = wait.get_column(skew_c).max()
-            s["max_skew_ms"] = None if m is None else round(m / 1e6, 6)
-    skew = _query(con, SKEW, missing)
-    sk_c = _col(skew, "start_skew_ns", "max_skew_ns", "skew_ns")
-    if sk_c and not skew.is_empty():
-        m = skew.get_column(sk_c).max()
-        if m is not None:
-            s["max_skew_ms"] = round(m / 1e6, 6)
 
-    # -- what was missing --------------------------------------------------------------------------------------
-    diag = _query(con, DIAGNOSTICS, []) if catalog.find(DIAGNOSTICS) else None
-    if diag is not None and "message" in diag.columns:
-        if "severity" in diag.columns:
-            diag = diag.filter(pl.col("severity") == "warning")
-        missing.extend(m for m in diag.get_column("message").to_list() if m and m not in missing)
-    else:
-        notes = con.execute("SELECT DISTINCT message FROM ingest_notes WHERE severity = 'warning' "
-                            "ORDER BY message").fetchall()
-        missing.extend(r[0] for r in notes if r[0] not in missing)
-    if s["files"] == 0:
-        missing.insert(0, f"{NO_TRACES}: the job holds no trace files")
-        return s
-    _name_unavailable(s, con)
-    return s
+def _skew(s: dict, con, missing: list[str]) -> None:
+    """Stragglers (rank_wait, TraceLens order: 1 = least total wait = likeliest straggler) and the largest start
+    skew of one collective instance (collective_skew)."""
+    wait = _query(con, WAIT, missing)
+    if wait is not None and wait.height:
+        top = wait.filter(pl.col("times_arrived_last") > 0).sort(["straggler_rank_order", "rank"])
+        s["stragglers"] = [{"rank": int(r["rank"]), "times_last": r["times_arrived_last"],
+                            "wait_ns": r["total_wait_ns"]} for r in top.head(3).iter_rows(named=True)]
+    skew = _query(con, SKEW, missing)
+    if skew is not None and skew.height and skew["start_skew_ns"].max() is not None:
+        s["max_skew_ms"] = skew["start_skew_ns"].max() / 1e6
+
+
+def _notes(s: dict, con, missing: list[str]) -> None:
+    """What was missing: the diagnostics' warnings, one line per code (per-rank notes say on how many ranks)."""
+    diag = _query(con, DIAGNOSTICS, missing)
+    if diag is None:
+        return
+    warn = diag.filter(pl.col("severity") == "warning")
+    for code in dict.fromkeys(warn["code"].to_list()):
+        rows = warn.filter(pl.col("code") == code)
+        ranks = sorted({r for r in rows["rank"].to_list() if r is not None})
+        first = rows.row(0, named=True)
+        if len(ranks) <= 1:
+            line = first["message"] if first["rank"] is None else f"rank {first['rank']}: {first['message']}"
+        else:
+            line = f"on {len(ranks)} ranks (e.g. rank {ranks[0]}: {first['message']})"
+        if line not in missing:
+            missing.append(line)
 
 
 def _name_unavailable(s: dict, con) -> None:

@@ -1,0 +1,50 @@
+"""Analyses are visible to SQL users (issue 15 item 2): every analysis that needs no argument is also a view under
+its own name, in the database file itself, so a plain DuckDB client lists it (SHOW TABLES) and reads it with
+``FROM name``; parameterised calls still use the macro."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from nsys2comm import Job, catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+VIEWS = sorted(o.name for o in catalog.load_catalog() if o.has_view)
+
+
+@pytest.fixture(scope="module")
+def job_db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("views") / "job.duckdb"
+    Job.ingest(sorted((ROOT / "fixtures" / "example").glob("*.json.gz"))[:2], db=path, jobs=1).close()
+    return path
+
+
+def test_views_cover_the_argument_free_analyses():
+    assert {"overlap_by_rank", "collective_skew", "latency_model", "diagnostics"} <= set(VIEWS)
+    for o in catalog.load_catalog():
+        if o.has_view:
+            assert not o.required_params and o.public
+
+
+def test_plain_duckdb_client_lists_and_reads_them(job_db):
+    con = duckdb.connect(str(job_db), read_only=True)
+    try:
+        listed = {r[0] for r in con.sql("SHOW TABLES").fetchall()}
+        assert set(VIEWS) <= listed
+        for name in VIEWS:
+            assert con.sql(f"SELECT * FROM {name}").fetchall() == con.sql(f"SELECT * FROM {name}()").fetchall(), name
+        comment = con.sql("SELECT comment FROM duckdb_views() WHERE view_name = 'overlap_by_rank'").fetchall()[0][0]
+        assert comment == catalog.find("overlap_by_rank").description
+    finally:
+        con.close()
+
+
+def test_views_in_read_only_sessions_equal_the_macros(job_db):
+    with Job.open(str(job_db)) as job:
+        for name in ("overlap_by_rank", "rank_wait"):
+            assert job.sql(f"SELECT * FROM {name}").equals(job.sql(f"SELECT * FROM {name}()"))
+        hta = job.sql("SELECT * FROM overlap_by_rank(compat := 'hta')")
+        assert hta.height == 2
