@@ -70,10 +70,46 @@ def queries_dir() -> Path:
     raise FileNotFoundError("nsys2comm: the queries/ folder is missing from this installation")
 
 
+_INCLUDE = re.compile(r"^--\s*@include\s+(\S+)\s*$")
+
+
+def includes(path: Path) -> list[str]:
+    """Files this one needs first, as it declares them (``-- @include area/file.sql`` lines, before its objects):
+    DuckDB binds a view or macro body when it is created, so what it reads must exist already."""
+    out = []
+    for line in path.read_text().splitlines():
+        m = _INCLUDE.match(line.strip())
+        if m:
+            out.append(m.group(1))
+        elif _HEADER.match(line.strip()):
+            break
+    return out
+
+
 def _sql_files(root: Path) -> list[Path]:
-    # prelude first (schema, helpers), then the analysis areas; files sort by name inside an area
+    """Load order: the prelude (schema, classification rules) first, then every file after what it includes;
+    files that depend on nothing between them load in name order."""
     files = sorted(root.glob("*/*.sql"), key=lambda p: (p.parent.name != "prelude", p.parent.name, p.name))
-    return files
+    by_name = {f"{p.parent.name}/{p.name}": p for p in files}
+    order: list[Path] = []
+    state: dict[Path, str] = {}
+
+    def visit(p: Path, chain: tuple[str, ...]) -> None:
+        if state.get(p) == "done":
+            return
+        if state.get(p) == "visiting":
+            raise ValueError(f"{p}: circular @include ({' -> '.join(chain)})")
+        state[p] = "visiting"
+        for dep in includes(p):
+            if dep not in by_name:
+                raise FileNotFoundError(f"{p}: @include {dep}: no such file under {root}")
+            visit(by_name[dep], chain + (dep,))
+        state[p] = "done"
+        order.append(p)
+
+    for p in files:
+        visit(p, (f"{p.parent.name}/{p.name}",))
+    return order
 
 
 def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:

@@ -159,8 +159,9 @@ def build_summary(con, failed_files: list[dict] | None = None) -> dict[str, Any]
     _notes(s, con, missing)
     if s["files"] == 0:
         missing.insert(0, f"{NO_TRACES}: the job holds no trace files")
-        return _round(s)
-    _name_unavailable(s, con)
+    else:
+        _name_unavailable(s, con)
+    settle(con)  # the connection takes new work after the summary
     return _round(s)
 
 

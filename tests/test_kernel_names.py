@@ -1,4 +1,4 @@
-"""Kernel base names and classes: the SQL rules (kernel_short_name, kernel_class in queries/prelude/20_classify.sql)
+"""Kernel base names and classes: the SQL rules (kernel_short_name, kernel_class in queries/prelude/classify.sql)
 against a reviewed corpus of real kernel names (fixtures/kernel_names/corpus.csv), against an independent
 bracket-scanning oracle on generated C++ signatures, and across sources (the same kernels written as Kineto JSON
 and as an nsys export)."""

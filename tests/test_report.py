@@ -22,8 +22,8 @@ from fixtures.synthetic import make_run
 from nsys2comm import catalog
 from nsys2comm.db import connect
 from nsys2comm.report import (
-    busbw_chart,
     build_report,
+    busbw_chart,
     msg_size_histogram_chart,
     overlap_by_collective_chart,
     overlap_by_rank_chart,
@@ -53,8 +53,10 @@ def fill_job(con, run, *, hostile: bool = False):
                 "clock_rule, clock_offset_ns, ingested_at) VALUES (1, ?, ?, 1234, 'kineto', 'schemaVersion 1', "
                 "'synthetic', ?, 'synthetic', 0, now()::TIMESTAMP)", [path, "0" * 64, host])
     for r in run.ranks:
-        con.execute("INSERT INTO ranks VALUES (?, 1, ?, ?, ?, 'distributedInfo')", [r.rank, r.pid, host, run.world_size])
-        con.execute("INSERT INTO devices VALUES (1, ?, ?, 'NVIDIA H100 80GB HBM3', 132, 85899345920)", [r.rank, r.device])
+        con.execute("INSERT INTO ranks VALUES (?, 1, ?, ?, ?, 'distributedInfo')",
+                    [r.rank, r.pid, host, run.world_size])
+        con.execute("INSERT INTO devices VALUES (1, ?, ?, 'NVIDIA H100 80GB HBM3', 132, 85899345920)",
+                    [r.rank, r.device])
     krows, crows, mrows, rrows = [], [], [], []
     kid: dict[int, int] = {}
     for rr in run.ranks:
@@ -208,7 +210,7 @@ def test_step_timeline_macro_is_documented_and_bounded(job):
     assert df["rank"].n_unique() == 3
     assert df.group_by("rank", "lane").len()["len"].max() <= 10
     assert df["step_label"][0] == "step 101"  # middle of steps 100, 101, 102
-    assert (df["end_us"] >= df["start_us"]).all() and (df["start_us"] >= 0).all()
+    assert (df["end_offset_ns"] >= df["start_offset_ns"]).all() and (df["start_offset_ns"] >= 0).all()
     assert set(df["lane"]) == {"communication", "compute", "memory"}
     picked = job.sql("SELECT DISTINCT step_label FROM step_timeline(pick_step := 100)").fetchall()
     assert picked == [("step 100",)]
@@ -236,7 +238,8 @@ def test_report_is_self_contained(report):
 
 def test_report_sections_and_missing_data(report):
     html = report.read_text(encoding="utf-8")
-    for sid in ("sec-overview", "sec-findings", "sec-breakdown", "sec-overlap", "sec-msgsize", "sec-busbw", "sec-latency",
+    for sid in ("sec-overview", "sec-findings", "sec-breakdown", "sec-overlap", "sec-msgsize", "sec-busbw",
+                "sec-latency",
                 "sec-skew", "sec-timeline", "sec-kernels"):
         assert f'id="{sid}"' in html, sid
     # the ingest note is shown as a warning in the overview
@@ -309,30 +312,16 @@ def _compiles(chart: alt.TopLevelMixin) -> None:
     assert spec.get("title") or any("title" in layer for layer in spec.get("layer", []))
 
 
-def test_chart_functions_are_pure_and_compile():
-    ranks = pl.DataFrame({"rank": [0, 1, 2], "comm_ns": [9e6, 8e6, 7e6], "comm_overlapped_ns": [4e6, 3e6, 1e6],
-                          "gemm_overlapped_ns": [2e6, 1e6, 0.5e6], "exposed_comm_ns": [5e6, 5e6, 6e6],
-                          "gemm_ns": [20e6] * 3, "compute_ns": [10e6] * 3, "memory_ns": [1e6] * 3,
-                          "idle_ns": [3e6, 4e6, 9e6], "span_ns": [40e6] * 3})
-    _compiles(time_breakdown_chart(pl.DataFrame({
-        "rank": [0, 0, 0, 1, 1], "category": ["computation", "communication", "idle", "computation", "idle"],
-        "time_ns": [5e6, 1e6, 2e6, 6e6, 1e6], "span_pct": [62.5, 12.5, 25.0, 85.7, 14.3]})))
-    _compiles(overlap_by_rank_chart(ranks))
-    _compiles(overlap_by_collective_chart(ranks.rename({"rank": "collective"}).with_columns(
-        pl.Series("collective", ["all_reduce", "all_gather", "send"]))))
-    hist = pl.DataFrame({"collective": ["all_reduce", "all_reduce", "all_gather"], "bucket_bytes": [1024, 1 << 20, 4096],
-                         "count": [10, 3, 5], "total_ns": [1e5, 9e6, 2e5], "busbw_gbps": [0.5, 80.0, 3.0]})
-    _compiles(msg_size_histogram_chart(hist))
-    _compiles(busbw_chart(hist.with_columns(pl.Series("group_size", [8, 8, 8]),
-                                            pl.Series("group_size_assumed", [False, False, True]))))
-    p2p = pl.DataFrame({"size_bytes": [512, 4096, 65536, 1 << 20], "count": [8, 8, 8, 8],
-                        "min_ns": [11e3, 12e3, 14e3, 60e3], "p50_ns": [12e3, 12.2e3, 15.3e3, 64e3],
-                        "p90_ns": [13e3, 13e3, 16e3, 70e3]})
-    model = pl.DataFrame({"alpha_us": [12.0], "beta_gbps": [20.0], "r2": [0.999]})
-    _compiles(p2p_latency_chart(p2p, model))
-    skew = pl.DataFrame({"instance": [1, 1, 2, 2], "collective": ["all_reduce"] * 4, "rank": [0, 1, 0, 1],
-                         "wait_ns": [5e3, 0, 7e3, 0]})
-    _compiles(skew_heatmap_chart(skew))
-    _compiles(straggler_chart(pl.DataFrame({"rank": [0, 1], "times_last": [1, 9], "total_wait_ns": [1e6, 2e5]})))
-    con = fill_job(connect(None), make_run(world_size=2, steps=2))
-    _compiles(step_timeline_chart(con.sql("SELECT * FROM step_timeline()").pl()))
+def test_chart_functions_are_pure_and_compile(job):
+    """Every chart of the report, and the notebook-only p2p chart, on the frames its catalog objects return."""
+    from nsys2comm.analysis import run_query
+    from nsys2comm.report.sections import QUERIES, SECTIONS, ChartSpec
+
+    params = {q.name: q.params for q in QUERIES}
+    for spec in (b for s in SECTIONS for b in s.blocks if isinstance(b, ChartSpec)):
+        _compiles(spec.draw(*[run_query(job, name, params.get(name, {})) for name in spec.inputs]))
+    _compiles(p2p_latency_chart(run_query(job, "p2p_latency_by_size"), run_query(job, "latency_model")))
+    _compiles(p2p_latency_chart(run_query(job, "p2p_latency_by_size")))
+    for chart in (time_breakdown_chart, overlap_by_rank_chart, overlap_by_collective_chart, msg_size_histogram_chart,
+                  busbw_chart, skew_heatmap_chart, straggler_chart, step_timeline_chart):
+        assert chart.consumes, chart.__name__  # each names the catalog columns it reads

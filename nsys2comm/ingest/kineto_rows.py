@@ -27,7 +27,7 @@ _KIND = {
 }
 _COMM_CPU_PREFIX = ("record_param_comms", "c10d::", "nccl:", "gloo:", "ProfilerStep")
 _COMM_ANNOTATION_PREFIX = ("nccl:", "gloo:")
-# the same rule as SQL is_comm_kernel_name (20_classify.sql); used only to decide which kernels get staged args
+# the same rule as SQL is_comm_kernel_name (classify.sql); used only to decide which kernels get staged args
 _COMM_KERNEL_RE = re.compile(
     r"^(nccl|rccl)|multimem_|one_shot_all_reduce|two_shot_all_reduce|symm_mem|cross_device_reduce|"
     r"custom_all_reduce|allreduce_fusion|deep_ep::|nvshmem", re.I)

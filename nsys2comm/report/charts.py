@@ -1,16 +1,17 @@
 """Chart builders: pure functions from catalog query frames (polars) to Altair charts.
 
-Every function takes the frame a catalog query returns (``run_query(con, name, params)``), draws aggregated data
-only (a few hundred marks at most, whatever the trace size) and returns an ``alt.Chart`` whose title states what
-it shows. They work as well in a notebook as in the report::
+Each function takes the frame one catalog query returns and reads only the columns it declares with
+``@consumes`` (the catalog's documented names, tested against the catalog). It draws aggregated data only (a few
+hundred marks at most, whatever the trace size) and returns a chart whose title states what it shows. They work
+as well in a notebook as in the report::
 
     from nsys2comm.analysis import run_query
     from nsys2comm.report import overlap_by_rank_chart
     overlap_by_rank_chart(run_query(con, "overlap_by_rank", {}))
 
-Colours are fixed per class of GPU work (:data:`CLASS_COLORS`) so that every chart reads the same way.
-Times are shown in milliseconds (or microseconds where noted), sizes in bytes with binary prefixes, bandwidths
-in GB/s (1e9 bytes per second), always with the unit in the axis title.
+Colours are fixed per class of GPU work (:data:`CLASS_COLORS`) so that every chart reads the same way. The catalog
+gives integer nanoseconds; charts convert to ms or µs, with the unit in the axis title. Sizes use binary prefixes
+on log2 axes, bandwidths GB/s (1e9 bytes per second).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import math
 
 import altair as alt
 import polars as pl
+
+from .data import consumes
+from .fmt import size as fmt_bytes
 
 # One colour per class of GPU time, used by every chart (Tableau 10 hues).
 CLASS_COLORS: dict[str, str] = {
@@ -34,9 +38,15 @@ CLASS_COLORS: dict[str, str] = {
     "idle": "#BAB0AC",  # grey
 }
 COLLECTIVE_ORDER = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-                    "gather", "scatter", "send", "recv", "send_recv", "barrier", "unknown"]
+                    "gather", "scatter", "send", "recv", "send_recv", "barrier", "p2p", "unknown"]
 WIDTH = 760
-MAX_BARS = 64  # ranks shown in per-rank bar charts (the report keeps the most interesting ones)
+MAX_BARS = 64  # ranks shown in per-rank bar charts
+MAX_SKEW_INSTANCES = 60  # heatmap columns: the most skewed instances
+MAX_HEATMAP_RANKS = 64
+# axis labels for sizes in bytes, with binary prefixes (Vega expression)
+BYTES_LABEL = ("datum.value >= 1073741824 ? datum.value / 1073741824 + ' GiB' : "
+               "datum.value >= 1048576 ? datum.value / 1048576 + ' MiB' : "
+               "datum.value >= 1024 ? datum.value / 1024 + ' KiB' : datum.value + ' B'")
 
 
 def _scale(domain: list[str]) -> alt.Scale:
@@ -48,25 +58,30 @@ def _title(text: str, subtitle: str | None = None) -> alt.TitleParams:
                            subtitleColor="#555", subtitleFontSize=11)
 
 
-def fmt_bytes(n: float | int | None) -> str:
-    """'512 B', '64 KiB', '1.5 MiB' ... (binary prefixes)."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "n/a"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+def _size_x(field: str, title: str, **scale) -> alt.X:
+    """Quantitative log2 size axis labelled with binary prefixes (one tick per power of two at most)."""
+    return alt.X(field, title=title, scale=alt.Scale(type="log", base=2, **scale),
+                 axis=alt.Axis(labelExpr=BYTES_LABEL, tickCount=12, labelOverlap="greedy", labelFlush=False))
 
 
-def _col(df: pl.DataFrame, *names: str) -> str | None:
-    """First of ``names`` that is a column of ``df``."""
-    return next((n for n in names if n in df.columns), None)
+def _ms(col: str) -> pl.Expr:
+    return pl.col(col).cast(pl.Float64) / 1e6
 
 
-def _ms(df: pl.DataFrame, col: str | None) -> pl.Expr:
-    return (pl.col(col).cast(pl.Float64) / 1e6) if col else pl.lit(0.0)
+def _us(col: str) -> pl.Expr:
+    return pl.col(col).cast(pl.Float64) / 1e3
+
+
+def _collective_order(values: pl.Series) -> list[str]:
+    present = set(values.to_list())
+    return [c for c in COLLECTIVE_ORDER if c in present] + sorted(present - set(COLLECTIVE_ORDER))
+
+
+def _runs(d: pl.DataFrame, key: str) -> pl.DataFrame:
+    """Number the runs of adjacent size buckets per ``key`` (``run``), so lines break where buckets are missing."""
+    d = d.sort(key, "bucket_lo_bytes")
+    gap = (pl.col("bucket_lo_bytes") != pl.col("bucket_hi_bytes").shift(1).over(key)).fill_null(True)
+    return d.with_columns(gap.cast(pl.Int32).cum_sum().over(key).alias("run"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -96,22 +111,20 @@ BREAKDOWN_LABELS = {
 }
 
 
+@consumes(time_breakdown_by_rank=("rank", "category", "time_ns", "span_pct"))
 def time_breakdown_chart(df: pl.DataFrame) -> alt.Chart:
-    """Stacked horizontal bars from time_breakdown_by_rank (rank, category, time_ns, span_pct): where each rank's
-    GPU span goes, in exclusive combinations of running classes."""
+    """Stacked horizontal bars: where each rank's GPU span goes, in exclusive combinations of running classes."""
     ranks = df["rank"].unique().sort().head(MAX_BARS)
     d = df.filter(pl.col("rank").is_in(ranks.implode())).select(
-        pl.col("rank"), pl.col("category").cast(pl.Utf8),
-        (pl.col("time_ns").cast(pl.Float64) / 1e6).alias("time_ms"),
-        pl.col("span_pct").cast(pl.Float64) if "span_pct" in df.columns else pl.lit(None, pl.Float64).alias("span_pct"))
-    d = d.with_columns(pl.col("category").replace(BREAKDOWN_LABELS).alias("activity"))
-    cats = [c for c in BREAKDOWN_COLORS if c in set(d["category"].to_list())]
-    cats += sorted(set(d["category"].to_list()) - set(cats))
+        "rank", pl.col("category").cast(pl.Utf8), _ms("time_ns").alias("time_ms"),
+        pl.col("span_pct").cast(pl.Float64))
+    present = set(d["category"].to_list())
+    cats = [c for c in BREAKDOWN_COLORS if c in present] + sorted(present - set(BREAKDOWN_COLORS))
     labels = [BREAKDOWN_LABELS.get(c, c) for c in cats]
     colors = [BREAKDOWN_COLORS.get(c, "#7f7f7f") for c in cats]
-    order = {lab: i for i, lab in enumerate(labels)}
-    d = d.with_columns(pl.col("activity").replace_strict(order, default=99).alias("order")).drop("category")
-    n = d["rank"].n_unique()
+    order = {c: i for i, c in enumerate(cats)}
+    d = d.with_columns(pl.col("category").replace(BREAKDOWN_LABELS).alias("activity"),
+                       pl.col("category").replace_strict(order, default=99).alias("order")).drop("category")
     return alt.Chart(d, title=_title("GPU time per rank by activity",
                                      "Each bar is one rank's GPU span, split into exclusive combinations of what runs; "
                                      "dark red = communication nothing hides")).mark_bar().encode(
@@ -123,7 +136,7 @@ def time_breakdown_chart(df: pl.DataFrame) -> alt.Chart:
         tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("activity:N", title="activity"),
                  alt.Tooltip("time_ms:Q", title="time (ms)", format=",.3f"),
                  alt.Tooltip("span_pct:Q", title="share of span (%)", format=".1f")],
-    ).properties(width=WIDTH - 300, height=max(60, min(18 * n, 600)))
+    ).properties(width=WIDTH - 300, height=max(60, min(18 * d["rank"].n_unique(), 600)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -132,29 +145,34 @@ def time_breakdown_chart(df: pl.DataFrame) -> alt.Chart:
 OVERLAP_PARTS = ["exposed communication", "overlapped by other compute", "overlapped by GEMM"]
 
 
-def _overlap_long(df: pl.DataFrame, key: str, total: str, overlapped: str, gemm: str) -> pl.DataFrame:
+def _overlap_long(df: pl.DataFrame, key: str) -> pl.DataFrame:
+    """comm_ns / comm_overlapped_ns / gemm_overlapped_ns -> one row per (key, part) with time_ms and share_pct."""
     d = df.select(
-        pl.col(key).cast(pl.Utf8).alias(key),
-        (pl.col(total) - pl.col(overlapped)).cast(pl.Float64).alias("exposed communication"),
-        (pl.col(overlapped) - pl.col(gemm)).clip(0).cast(pl.Float64).alias("overlapped by other compute"),
-        pl.col(gemm).cast(pl.Float64).alias("overlapped by GEMM"),
-        pl.col(total).cast(pl.Float64).alias("_total"),
+        pl.col(key).cast(pl.Utf8),
+        (pl.col("comm_ns") - pl.col("comm_overlapped_ns")).cast(pl.Float64).alias("exposed communication"),
+        (pl.col("comm_overlapped_ns") - pl.col("gemm_overlapped_ns")).clip(0).cast(pl.Float64)
+        .alias("overlapped by other compute"),
+        pl.col("gemm_overlapped_ns").cast(pl.Float64).alias("overlapped by GEMM"),
+        pl.col("comm_ns").cast(pl.Float64).alias("_total"),
     )
     long = d.unpivot(index=[key, "_total"], on=OVERLAP_PARTS, variable_name="part", value_name="ns")
     order = {c: i for i, c in enumerate(OVERLAP_PARTS)}
+    total = pl.when(pl.col("_total") > 0).then(pl.col("_total"))
     return long.with_columns((pl.col("ns") / 1e6).alias("time_ms"),
-                             (100 * pl.col("ns") / pl.when(pl.col("_total") > 0).then(pl.col("_total"))
-                              .otherwise(None)).fill_null(0).alias("share_pct"),
+                             (100 * pl.col("ns") / total).fill_null(0).alias("share_pct"),
                              pl.col("part").replace_strict(order, default=9).alias("order")).drop("ns", "_total")
 
 
+def _overlap_tooltip(key: str, share_title: str) -> list:
+    return [alt.Tooltip(f"{key}:N"), alt.Tooltip("part:N", title="part"),
+            alt.Tooltip("time_ms:Q", title="time (ms)", format=",.3f"),
+            alt.Tooltip("share_pct:Q", title=share_title, format=".1f")]
+
+
+@consumes(overlap_by_rank=("rank", "comm_ns", "comm_overlapped_ns", "gemm_overlapped_ns"))
 def overlap_by_rank_chart(df: pl.DataFrame) -> alt.Chart:
     """Per rank: communication time split into exposed / hidden under GEMM / hidden under other compute."""
-    total = _col(df, "comm_ns", "comm_time_ns")
-    ov = _col(df, "comm_overlapped_ns", "overlapped_ns")
-    gm = _col(df, "gemm_overlapped_ns", "comm_gemm_overlapped_ns")
-    long = _overlap_long(df.head(MAX_BARS), "rank", total, ov, gm)
-    n = long["rank"].n_unique()
+    long = _overlap_long(df.head(MAX_BARS), "rank")
     return alt.Chart(long, title=_title("Communication overlap per rank",
                                         "Communication kernel time split into exposed (nothing else running) and "
                                         "hidden under GEMM or other compute")).mark_bar().encode(
@@ -162,20 +180,15 @@ def overlap_by_rank_chart(df: pl.DataFrame) -> alt.Chart:
         x=alt.X("time_ms:Q", title="communication time (ms)", stack="zero"),
         color=alt.Color("part:N", scale=_scale(OVERLAP_PARTS), title="communication time", sort=OVERLAP_PARTS),
         order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("rank:N"), alt.Tooltip("part:N", title="part"),
-                 alt.Tooltip("time_ms:Q", title="time (ms)", format=",.3f"),
-                 alt.Tooltip("share_pct:Q", title="share of comm time (%)", format=".1f")],
-    ).properties(width=WIDTH - 200, height=max(60, min(18 * n, 600)))
+        tooltip=_overlap_tooltip("rank", "share of comm time (%)"),
+    ).properties(width=WIDTH - 200, height=max(60, min(18 * long["rank"].n_unique(), 600)))
 
 
+@consumes(comm_overlap_by_collective=("collective", "comm_ns", "comm_overlapped_ns", "gemm_overlapped_ns"))
 def overlap_by_collective_chart(df: pl.DataFrame) -> alt.Chart:
     """Per collective: share of its time exposed / hidden under GEMM / hidden under other compute (100% bars)."""
-    total = _col(df, "comm_ns", "duration_ns", "total_ns")
-    ov = _col(df, "comm_overlapped_ns", "overlapped_by_compute_ns", "overlapped_ns")
-    gm = _col(df, "gemm_overlapped_ns", "overlapped_by_gemm_ns")
-    long = _overlap_long(df, "collective", total, ov, gm)
-    cols = [c for c in COLLECTIVE_ORDER if c in set(long["collective"].to_list())]
-    cols += sorted(set(long["collective"].to_list()) - set(cols))
+    long = _overlap_long(df, "collective")
+    cols = _collective_order(long["collective"])
     return alt.Chart(long, title=_title("Communication overlap per collective",
                                         "Share of each collective's kernel time that is exposed or hidden under "
                                         "compute (all ranks)")).mark_bar().encode(
@@ -183,9 +196,7 @@ def overlap_by_collective_chart(df: pl.DataFrame) -> alt.Chart:
         x=alt.X("share_pct:Q", title="share of collective time (%)", stack="zero", scale=alt.Scale(domain=[0, 100])),
         color=alt.Color("part:N", scale=_scale(OVERLAP_PARTS), title="communication time", sort=OVERLAP_PARTS),
         order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("collective:N"), alt.Tooltip("part:N", title="part"),
-                 alt.Tooltip("time_ms:Q", title="time (ms)", format=",.3f"),
-                 alt.Tooltip("share_pct:Q", title="share (%)", format=".1f")],
+        tooltip=_overlap_tooltip("collective", "share (%)"),
     ).properties(width=WIDTH - 200, height=max(60, 24 * len(cols)))
 
 
@@ -193,197 +204,188 @@ def overlap_by_collective_chart(df: pl.DataFrame) -> alt.Chart:
 # Message sizes and bandwidth
 
 
-def _bucket_col(df: pl.DataFrame) -> str:
-    c = _col(df, "bucket_bytes", "bucket_lo_bytes", "size_bucket_bytes", "bucket_min_bytes", "msg_bytes_bucket",
-             "bucket")
-    if c is None:
-        raise KeyError(f"no size-bucket column in {df.columns}")
-    return c
+def _sized(df: pl.DataFrame) -> pl.DataFrame:
+    """Rows with a known size bucket (unknown sizes have no place on a size axis), with a 'size' label."""
+    return df.filter(pl.col("bucket_lo_bytes").is_not_null()).with_columns(
+        pl.col("bucket_lo_bytes").map_elements(fmt_bytes, return_dtype=pl.Utf8).alias("size"),
+        pl.col("bucket_lo_bytes").cast(pl.Float64), pl.col("bucket_hi_bytes").cast(pl.Float64))
 
 
-def _with_size_label(df: pl.DataFrame, col: str) -> pl.DataFrame:
-    df = df.filter(pl.col(col).is_not_null())  # unknown sizes have no place on a size axis
-    return df.with_columns(pl.col(col).cast(pl.Float64).alias("size_bytes"),
-                           pl.col(col).map_elements(fmt_bytes, return_dtype=pl.Utf8).alias("size"))
-
-
+@consumes(msg_size_histogram=("collective", "bucket_lo_bytes", "bucket_hi_bytes", "ops", "total_ns"))
 def msg_size_histogram_chart(df: pl.DataFrame) -> alt.Chart:
-    """Per collective: time spent in each power-of-two message-size bucket (bars), calls in the tooltip."""
-    b = _bucket_col(df)
-    t = _col(df, "total_ns", "time_ns", "duration_ns", "sum_ns")
-    cnt = _col(df, "ops", "count", "n", "calls", "n_ops")
-    d = _with_size_label(df, b).with_columns(_ms(df, t).alias("time_ms"),
-                                             pl.col(cnt).alias("calls") if cnt else pl.lit(None).alias("calls"))
-    sizes = d.sort("size_bytes")["size"].unique(maintain_order=True).to_list()
-    cols = [c for c in COLLECTIVE_ORDER if c in set(d["collective"].to_list())]
-    cols += sorted(set(d["collective"].to_list()) - set(cols))
-    keep = ["collective", "size", "size_bytes", "time_ms", "calls"]
-    d = d.select(keep)
+    """Per collective: kernel time in each power-of-two message-size bucket, bars spanning the bucket on a log2
+    axis, stacked by collective; calls in the tooltip."""
+    d = _sized(df).select("collective", "size", "bucket_lo_bytes", "bucket_hi_bytes",
+                          _ms("total_ns").alias("time_ms"), pl.col("ops").alias("calls"))
+    cols = _collective_order(d["collective"])
+    # stacked by hand: Vega-Lite does not stack bars that span a continuous x range (x, x2)
+    rank = {c: i for i, c in enumerate(cols)}
+    d = d.with_columns(pl.col("collective").replace_strict(rank).alias("order")).sort("bucket_lo_bytes", "order")
+    d = d.with_columns(pl.col("time_ms").cum_sum().over("bucket_lo_bytes").alias("top_ms"))
+    d = d.with_columns((pl.col("top_ms") - pl.col("time_ms")).alias("base_ms"))
     return alt.Chart(d, title=_title("Message-size histogram per collective",
-                                     "Kernel time per power-of-two message-size bucket (nccl-tests size convention)"
-                                     )).mark_bar().encode(
-        x=alt.X("size:O", title="message size (bucket lower bound)", sort=sizes, axis=alt.Axis(labelAngle=-45)),
-        y=alt.Y("time_ms:Q", title="kernel time (ms)"),
+                                     "Kernel time per power-of-two message-size bucket (nccl-tests size convention), "
+                                     "stacked by collective")).mark_bar(stroke="white", strokeWidth=0.5).encode(
+        x=_size_x("bucket_lo_bytes:Q", "message size (bytes, log2 scale)"),
+        x2="bucket_hi_bytes:Q",
+        y=alt.Y("base_ms:Q", title="kernel time (ms)"),
+        y2="top_ms:Q",
         color=alt.Color("collective:N", title="collective", sort=cols, scale=alt.Scale(scheme="tableau10")),
-        xOffset=alt.XOffset("collective:N", sort=cols),
-        tooltip=[alt.Tooltip("collective:N"), alt.Tooltip("size:O", title="bucket"),
+        tooltip=[alt.Tooltip("collective:N"), alt.Tooltip("size:N", title="bucket from"),
                  alt.Tooltip("calls:Q", title="calls", format=","),
                  alt.Tooltip("time_ms:Q", title="time (ms)", format=",.3f")],
     ).properties(width=WIDTH - 140, height=260)
 
 
+@consumes(collective_bandwidth=("collective", "group_size", "group_size_assumed", "bucket_lo_bytes",
+                                "bucket_hi_bytes", "ops", "algbw_gbps", "busbw_gbps"))
 def busbw_chart(df: pl.DataFrame) -> alt.Chart:
-    """Bus bandwidth (nccl-tests busbw, GB/s) against message size, one line per collective."""
-    b = _bucket_col(df)
-    bw = _col(df, "busbw_gbps", "busbw_GBps", "bus_bw_gbps", "median_busbw_gbps", "avg_busbw_gbps")
-    d = _with_size_label(df, b).filter(pl.col(bw).is_not_null() & (pl.col(bw) > 0))
-    alg = _col(df, "algbw_gbps", "algbw_GBps", "avg_algbw_gbps", "median_algbw_gbps")
-    cnt = _col(df, "ops", "count", "n", "calls", "n_ops")
+    """Bus bandwidth (nccl-tests busbw, GB/s) against message size per collective: points per bucket, lines only
+    between adjacent buckets."""
+    d = _sized(df).filter(pl.col("busbw_gbps").is_not_null() & (pl.col("busbw_gbps") > 0))
     # busbw from an assumed group size (the world size of a trace that records no group) is labelled as such
     d = d.with_columns(pl.when(pl.col("group_size_assumed"))
                        .then(pl.col("collective") + " (group size " + pl.col("group_size").cast(pl.Utf8) + " assumed)")
                        .otherwise(pl.col("collective")).alias("collective"))
-    d = d.select("collective", "size", "size_bytes", pl.col(bw).alias("busbw_gbps"),
-                 (pl.col(alg) if alg else pl.lit(None, pl.Float64)).alias("algbw_gbps"),
-                 (pl.col(cnt) if cnt else pl.lit(None, pl.Int64)).alias("calls"))
-    cols = [c for c in COLLECTIVE_ORDER if c in set(d["collective"].to_list())]
-    cols += sorted(set(d["collective"].to_list()) - set(cols))
-    base = alt.Chart(d, title=_title("Bus bandwidth against message size",
-                                     "nccl-tests busbw per collective and message-size bucket; higher is better"))
-    enc = dict(
-        x=alt.X("size_bytes:Q", title="message size (bytes, log scale)", scale=alt.Scale(type="log", base=2),
-                axis=alt.Axis(labelExpr="datum.value >= 1073741824 ? datum.value / 1073741824 + ' GiB' : "
-                                        "datum.value >= 1048576 ? datum.value / 1048576 + ' MiB' : "
-                                        "datum.value >= 1024 ? datum.value / 1024 + ' KiB' : datum.value + ' B'",
-                              tickCount=10)),
-        y=alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
-        color=alt.Color("collective:N", title="collective", sort=cols, scale=alt.Scale(scheme="tableau10")),
-    )
-    tip = [alt.Tooltip("collective:N"), alt.Tooltip("size:N", title="bucket"),
-           alt.Tooltip("busbw_gbps:Q", title="busbw (GB/s)", format=".2f"),
-           alt.Tooltip("algbw_gbps:Q", title="algbw (GB/s)", format=".2f"),
-           alt.Tooltip("calls:Q", title="calls", format=",")]
-    return (base.mark_line(strokeWidth=1.5).encode(**enc) +
-            base.mark_point(filled=True, size=50).encode(**enc, tooltip=tip)).properties(width=WIDTH - 140, height=280)
+    d = _runs(d.select("collective", "size", "bucket_lo_bytes", "bucket_hi_bytes", "busbw_gbps", "algbw_gbps",
+                       pl.col("ops").alias("calls")), "collective")
+    cols = _collective_order(d["collective"])
+    enc = dict(x=_size_x("bucket_lo_bytes:Q", "message size (bucket lower bound, bytes, log2 scale)"),
+               y=alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
+               color=alt.Color("collective:N", title="collective", sort=cols, scale=alt.Scale(scheme="tableau10")))
+    tip = [alt.Tooltip("collective:N"), alt.Tooltip("size:N", title="bucket from"),
+           alt.Tooltip("calls:Q", title="calls", format=","),
+           alt.Tooltip("busbw_gbps:Q", title="busbw (GB/s)", format=",.2f"),
+           alt.Tooltip("algbw_gbps:Q", title="algbw (GB/s)", format=",.2f")]
+    base = alt.Chart(d)
+    return alt.layer(
+        base.mark_line().encode(detail="run:N", **enc),
+        base.mark_point(filled=True, size=50).encode(tooltip=tip, **enc),
+        title=_title("Bus bandwidth against message size",
+                     "nccl-tests busbw per collective and message-size bucket; higher is better; lines join "
+                     "adjacent buckets only"),
+    ).properties(width=WIDTH - 140, height=280)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Point-to-point latency
 
 
-def p2p_latency_chart(by_size: pl.DataFrame, model: pl.DataFrame | None = None, small_bytes: int = 65536) -> alt.Chart:
-    """Log-log scatter of p2p duration (median, p90 whisker) against size, with the fitted α-β line
-    (t = α + bytes / β) and the small-message region (< small_bytes) shaded."""
-    size = _col(by_size, "size_bytes", "bucket_bytes", "msg_bytes", "bucket_lo_bytes", "bytes")
-    p50 = _col(by_size, "p50_us", "p50_duration_us", "median_us")
-    p50_ns = _col(by_size, "p50_ns", "p50_duration_ns", "median_ns")
-    p90 = _col(by_size, "p90_us", "p90_duration_us")
-    p90_ns = _col(by_size, "p90_ns", "p90_duration_ns")
-    mn = _col(by_size, "min_us", "min_duration_us")
-    mn_ns = _col(by_size, "min_ns", "min_duration_ns")
-    cnt = _col(by_size, "ops", "count", "n", "calls")
-    coll = _col(by_size, "collective", "op")
-
-    def us(c_us, c_ns):
-        if c_us:
-            return pl.col(c_us).cast(pl.Float64)
-        return (pl.col(c_ns).cast(pl.Float64) / 1e3) if c_ns else pl.lit(None, pl.Float64)
-
-    d = by_size.select(pl.col(size).cast(pl.Float64).alias("size_bytes"), us(p50, p50_ns).alias("p50_us"),
-                       us(p90, p90_ns).alias("p90_us"), us(mn, mn_ns).alias("min_us"),
-                       (pl.col(cnt) if cnt else pl.lit(None, pl.Int64)).alias("calls"),
-                       (pl.col(coll).cast(pl.Utf8) if coll else pl.lit("p2p")).alias("op"))
-    d = d.filter((pl.col("size_bytes") > 0) & (pl.col("p50_us") > 0))
-    d = d.with_columns(pl.col("size_bytes").map_elements(fmt_bytes, return_dtype=pl.Utf8).alias("size"))
+@consumes(p2p_latency_by_size=("collective", "bucket_lo_bytes", "ops", "min_ns", "p50_ns", "p90_ns"),
+          latency_model=("collective", "alpha_us", "beta_gbps", "fit_quality", "small_threshold_bytes",
+                         "threshold_rule"))
+def p2p_latency_chart(by_size: pl.DataFrame, model: pl.DataFrame | None = None) -> alt.Chart:
+    """Log-log scatter of p2p kernel duration (median, min-p90 whisker) against size; with latency_model, its
+    'p2p' fit t = α + bytes/β and the latency-bound region below its threshold (n½, or the labelled fallback)."""
+    d = by_size.filter(pl.col("bucket_lo_bytes") > 0).select(
+        pl.col("bucket_lo_bytes").cast(pl.Float64).alias("size_bytes"), _us("p50_ns").alias("p50_us"),
+        _us("p90_ns").alias("p90_us"), _us("min_ns").alias("min_us"), pl.col("ops").alias("calls"),
+        pl.col("collective").cast(pl.Utf8).alias("op"))
+    d = d.filter(pl.col("p50_us") > 0).with_columns(
+        pl.col("size_bytes").map_elements(fmt_bytes, return_dtype=pl.Utf8).alias("size"))
     lo = max(1.0, float(d["size_bytes"].min() or 1) / 2)
     hi = float(d["size_bytes"].max() or 1) * 2
-    layers = []
-    shade = pl.DataFrame({"x": [lo], "x2": [float(small_bytes)],
-                          "label": [f"small messages (<= {fmt_bytes(small_bytes)})"]})
-    layers.append(alt.Chart(shade).mark_rect(color="#BAB0AC", opacity=0.25).encode(
-        x="x:Q", x2="x2:Q", tooltip=[alt.Tooltip("label:N", title="region")]))
-    xs = alt.X("size_bytes:Q", title="message size (bytes, log scale)", scale=alt.Scale(type="log", base=2,
-               domain=[lo, hi]), axis=alt.Axis(labelExpr="datum.value >= 1048576 ? datum.value / 1048576 + ' MiB' : "
-                                                         "datum.value >= 1024 ? datum.value / 1024 + ' KiB' : "
-                                                         "datum.value + ' B'"))
+    xs = _size_x("size_bytes:Q", "message size (bytes, log2 scale)", domain=[lo, hi])
     ys = alt.Y("p50_us:Q", title="duration (µs, log scale)", scale=alt.Scale(type="log"))
     base = alt.Chart(d)
-    layers.append(base.mark_rule(color="#4C78A8", opacity=0.6).encode(x=xs, y=alt.Y("min_us:Q"), y2="p90_us:Q"))
-    layers.append(base.mark_point(filled=True, size=60).encode(
-        x=xs, y=ys, color=alt.Color("op:N", title="operation", scale=alt.Scale(scheme="tableau10")),
-        tooltip=[alt.Tooltip("op:N", title="operation"), alt.Tooltip("size:N", title="size"),
-                 alt.Tooltip("calls:Q", title="calls", format=","),
-                 alt.Tooltip("min_us:Q", title="min (µs)", format=",.1f"),
-                 alt.Tooltip("p50_us:Q", title="median (µs)", format=",.1f"),
-                 alt.Tooltip("p90_us:Q", title="p90 (µs)", format=",.1f")]))
-    subtitle = "Median duration per size (dots), min-p90 range (whiskers); shaded: small-message region"
-    if model is not None and "scope" in model.columns:
-        model = model.filter(pl.col("scope") == "all")
-    if model is not None and model.height:
-        m = model.row(0, named=True)
-        alpha, beta = m.get("alpha_us"), m.get("beta_gbps")
+    layers = [base.mark_rule(color="#4C78A8", opacity=0.6).encode(x=xs, y=alt.Y("min_us:Q"), y2="p90_us:Q"),
+              base.mark_point(filled=True, size=60).encode(
+                  x=xs, y=ys, color=alt.Color("op:N", title="operation", scale=alt.Scale(scheme="tableau10")),
+                  tooltip=[alt.Tooltip("op:N", title="operation"), alt.Tooltip("size:N", title="size"),
+                           alt.Tooltip("calls:Q", title="calls", format=","),
+                           alt.Tooltip("min_us:Q", title="min (µs)", format=",.1f"),
+                           alt.Tooltip("p50_us:Q", title="median (µs)", format=",.1f"),
+                           alt.Tooltip("p90_us:Q", title="p90 (µs)", format=",.1f")])]
+    subtitle = "Median kernel duration per size (dots), min-p90 range (whiskers)"
+    m = _p2p_model(model)
+    if m is not None:
+        threshold = float(m["small_threshold_bytes"])
+        rule = "n½ of the fit" if m["threshold_rule"] == "n_half" else "64 KiB fallback: no usable fit"
+        shade = pl.DataFrame({"x": [lo], "x2": [max(lo, threshold)],
+                              "label": [f"latency-bound: below {fmt_bytes(threshold)} ({rule})"]})
+        layers.insert(0, alt.Chart(shade).mark_rect(color="#BAB0AC", opacity=0.25).encode(
+            x="x:Q", x2="x2:Q", tooltip=[alt.Tooltip("label:N", title="region")]))
+        subtitle += f"; shaded: latency-bound sizes (below {fmt_bytes(threshold)}, {rule})"
+        alpha, beta = m["alpha_us"], m["beta_gbps"]
         if alpha is not None and beta and beta > 0 and not math.isnan(alpha):
             pts = [lo * (hi / lo) ** (i / 40) for i in range(41)]
             fit = pl.DataFrame({"size_bytes": pts, "fit_us": [alpha + s / (beta * 1e3) for s in pts]})
-            fit = fit.filter(pl.col("fit_us") > 0)
-            layers.append(alt.Chart(fit).mark_line(color="#E45756", strokeDash=[6, 3]).encode(
-                x=xs, y=alt.Y("fit_us:Q"), tooltip=[alt.Tooltip("fit_us:Q", title="model (µs)", format=",.1f")]))
-            subtitle += f"; dashed: fit t = α + bytes/β with α = {alpha:.1f} µs, β = {beta:.1f} GB/s"
-            r2 = m.get("r2")
-            if r2 is not None and not math.isnan(r2):
-                subtitle += f" (R² = {r2:.3f})"
+            layers.append(alt.Chart(fit.filter(pl.col("fit_us") > 0)).mark_line(color="#E45756", strokeDash=[6, 3])
+                          .encode(x=xs, y=alt.Y("fit_us:Q"),
+                                  tooltip=[alt.Tooltip("fit_us:Q", title="model (µs)", format=",.1f")]))
+            subtitle += (f"; dashed: fit t = α + bytes/β with α = {alpha:.1f} µs, β = {beta:.1f} GB/s "
+                         f"(fit: {m['fit_quality']})")
     return alt.layer(*layers, title=_title("Point-to-point latency against message size", subtitle)).properties(
         width=WIDTH - 140, height=300)
+
+
+def _p2p_model(model: pl.DataFrame | None) -> dict | None:
+    if model is None:
+        return None
+    rows = model.filter((pl.col("collective") == "p2p") & pl.col("small_threshold_bytes").is_not_null())
+    return rows.row(0, named=True) if rows.height else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Cross-rank skew
 
 
-def skew_heatmap_chart(df: pl.DataFrame) -> alt.Chart:
-    """Heatmap rank × collective instance: how long each rank waited in each instance (µs).
+def _instance_label(key: str | None, collective: str | None, with_group: bool) -> str:
+    """'all_reduce #17' (+ ' (pg 0)' when several groups are shown) from instance_key '0#17'; 'all_to_all #3' from
+    '#3' (matched by order)."""
+    group, _, number = (key or "").rpartition("#")
+    label = f"{collective or 'unknown'} #{number or key}"
+    return f"{label} (pg {group})" if group and with_group else label
 
-    Input: one row per (instance, rank) with a wait column (``wait_ns`` or ``wait_us``) and an instance label
-    (``instance``/``instance_id``, optionally ``collective``)."""
-    inst = _col(df, "instance_label", "instance", "instance_id", "seq")
-    w_ns = _col(df, "wait_ns", "rank_wait_ns")
-    d = df.with_columns(((pl.col(w_ns).cast(pl.Float64) / 1e3) if w_ns else pl.col("wait_us")).alias("wait_us"),
-                        pl.col(inst).cast(pl.Utf8).alias("instance"))
-    if "collective" in d.columns:
-        d = d.with_columns(pl.concat_str([pl.col("collective").cast(pl.Utf8), pl.lit(" #"), pl.col("instance")])
-                           .alias("instance"))
-    order = d["instance"].unique(maintain_order=True).to_list()
-    d = d.select("rank", "instance", "wait_us")
-    n_ranks = d["rank"].n_unique()
+
+@consumes(collective_skew=("instance_key", "collective", "first_start_ns", "start_skew_ns", "rank_wait_ns"))
+def skew_heatmap_chart(df: pl.DataFrame) -> alt.Chart:
+    """Heatmap rank × collective instance (the MAX_SKEW_INSTANCES most skewed, in time order among equal skews):
+    how long each rank waited for the last rank to arrive (µs)."""
+    top = (df.filter(pl.col("start_skew_ns").is_not_null())
+           .sort(["start_skew_ns", "first_start_ns", "instance_key"], descending=[True, False, False])
+           .head(MAX_SKEW_INSTANCES).with_row_index("order"))
+    groups = top["instance_key"].str.replace(r"#[^#]*$", "").n_unique() > 1
+    top = top.with_columns(pl.struct("instance_key", "collective").map_elements(
+        lambda r: _instance_label(r["instance_key"], r["collective"], groups), return_dtype=pl.Utf8).alias("instance"))
+    d = (top.select("order", "instance", "rank_wait_ns").explode("rank_wait_ns").drop_nulls("rank_wait_ns")
+         .unnest("rank_wait_ns").filter(pl.col("rank") < MAX_HEATMAP_RANKS).sort("order", "rank")
+         .select("rank", "instance", _us("wait_ns").alias("wait_us")))
+    order = top["instance"].to_list()
     return alt.Chart(d, title=_title("Cross-rank wait per collective instance",
                                      "Time each rank waited for the last rank to arrive (start skew), per instance; "
                                      "darker = longer wait")).mark_rect().encode(
         x=alt.X("instance:N", title="collective instance (largest skew first)", sort=order,
-                axis=alt.Axis(labels=len(order) <= 40, labelAngle=-60, labelLimit=120)),
+                axis=alt.Axis(labels=len(order) <= 40, labelAngle=-60, labelLimit=140)),
         y=alt.Y("rank:O", title="rank"),
         color=alt.Color("wait_us:Q", title="wait (µs)", scale=alt.Scale(scheme="orangered")),
         tooltip=[alt.Tooltip("instance:N"), alt.Tooltip("rank:O"),
                  alt.Tooltip("wait_us:Q", title="wait (µs)", format=",.1f")],
-    ).properties(width=WIDTH - 140, height=max(80, min(16 * n_ranks, 520)))
+    ).properties(width=WIDTH - 140, height=max(80, min(16 * d["rank"].n_unique(), 520)))
 
 
+@consumes(rank_wait=("rank", "times_arrived_last", "total_wait_ns"))
 def straggler_chart(df: pl.DataFrame) -> alt.Chart:
-    """Straggler ranking: per rank, the time others waited for it (or its own total wait) and times it arrived last."""
-    last = _col(df, "times_last", "n_last", "arrived_last_count", "last_arrivals", "times_arrived_last")
-    w = _col(df, "caused_wait_ns", "total_wait_ns", "wait_ns")
-    d = df.head(MAX_BARS).select(pl.col("rank").cast(pl.Int64),
-                                 (pl.col(w).cast(pl.Float64) / 1e6 if w else pl.lit(None, pl.Float64)).alias("wait_ms"),
-                                 (pl.col(last) if last else pl.lit(None, pl.Int64)).alias("times_last"))
-    what = "time other ranks waited for it" if w == "caused_wait_ns" else "total time spent waiting for peers"
-    return alt.Chart(d, title=_title("Straggler ranking",
-                                     f"Bars: times each rank arrived last at a collective; colour: {what} (ms)")
-                     ).mark_bar().encode(
-        y=alt.Y("rank:O", title="rank", sort=alt.EncodingSortField("times_last", order="descending")),
-        x=alt.X("times_last:Q", title="collective instances where the rank arrived last (count)"),
-        color=alt.Color("wait_ms:Q", title="wait (ms)", scale=alt.Scale(scheme="reds")),
-        tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("times_last:Q", title="arrived last (count)"),
-                 alt.Tooltip("wait_ms:Q", title="wait (ms)", format=",.3f")],
-    ).properties(width=WIDTH - 200, height=max(60, min(18 * d.height, 600)))
+    """Straggler ranking, two bar panels on one rank axis: times each rank arrived last, and how long it waited
+    for peers in total (a straggler arrives last often and waits little)."""
+    d = df.sort("times_arrived_last", "rank", descending=[True, False]).head(MAX_BARS).select(
+        pl.col("rank").cast(pl.Int64), "times_arrived_last", _ms("total_wait_ns").alias("wait_ms"))
+    ranks = d["rank"].to_list()
+    y = alt.Y("rank:O", title="rank", sort=ranks)
+    tip = [alt.Tooltip("rank:O"), alt.Tooltip("times_arrived_last:Q", title="arrived last (count)"),
+           alt.Tooltip("wait_ms:Q", title="waited for peers (ms)", format=",.3f")]
+    height = max(60, min(18 * d.height, 600))
+    base = alt.Chart(d)
+    last = base.mark_bar(color=CLASS_COLORS["exposed communication"]).encode(
+        y=y, x=alt.X("times_arrived_last:Q", title="instances where the rank arrived last (count)"),
+        tooltip=tip).properties(width=(WIDTH - 220) // 2, height=height)
+    wait = base.mark_bar(color=CLASS_COLORS["idle"]).encode(
+        y=alt.Y("rank:O", sort=ranks, axis=None),
+        x=alt.X("wait_ms:Q", title="time waited for peers (ms)", axis=alt.Axis(labelFlush=False, tickCount=6)),
+        tooltip=tip).properties(width=(WIDTH - 220) // 2, height=height)
+    return alt.hconcat(last, wait, spacing=12, title=_title(
+        "Straggler ranking", "Left: times each rank arrived last at a collective; right: the time it waited for "
+                             "other ranks (a straggler arrives last often and waits little)"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -392,32 +394,41 @@ def straggler_chart(df: pl.DataFrame) -> alt.Chart:
 TIMELINE_CLASSES = ["communication", "gemm", "convolution", "attention", "compute", "memory"]
 
 
+@consumes(step_timeline=("step_label", "window_duration_ns", "rank", "lane", "op_class", "start_offset_ns",
+                         "end_offset_ns", "busy_ns", "busy_pct", "n_ops", "longest_op_name",
+                         "longest_op_full_name"))
 def step_timeline_chart(df: pl.DataFrame) -> alt.Chart:
-    """Timeline of one step (step_timeline query): one row per rank and lane, bars coloured by kernel class,
-    opacity = how busy the merged segment is."""
-    d = df.select("rank", "lane", "op_class", "start_us", "end_us", "busy_us", "busy_fraction", "n_ops",
-                  "longest_op_name", "longest_op_full_name").with_columns(
+    """Timeline of one step: one row per rank and lane, bars coloured by kernel class, opacity = how busy the
+    merged segment is. Times in ms for windows of 10 ms or more, else µs."""
+    window = float(df["window_duration_ns"].max() or 0)
+    unit, scale = ("ms", 1e6) if window >= 1e7 else ("µs", 1e3)
+    d = df.select(
+        "rank", "lane", "op_class", "busy_pct", "n_ops", "longest_op_name", "longest_op_full_name",
+        (pl.col("start_offset_ns") / scale).alias("start"), (pl.col("end_offset_ns") / scale).alias("end"),
+        ((pl.col("end_offset_ns") - pl.col("start_offset_ns")).clip(lower_bound=0) / scale).alias("length"),
+        (pl.col("busy_ns") / scale).alias("busy"),
         pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.Utf8), pl.lit(" · "),
-                       pl.col("lane").replace({"communication": "comm"})]).alias("lane_label"),
-        (pl.col("end_us") - pl.col("start_us")).clip(lower_bound=0).alias("span_us"))
+                       pl.col("lane").replace({"communication": "comm"})]).alias("lane_label"))
     lanes = (d.select("rank", "lane", "lane_label").unique()
              .with_columns(pl.col("lane").replace_strict({"communication": 0, "compute": 1, "memory": 2},
                                                          default=3).alias("lo"))
              .sort("rank", "lo")["lane_label"].to_list())
     label = df["step_label"][0] if df.height else ""
     present = [c for c in TIMELINE_CLASSES if c in set(d["op_class"].to_list())]
+    fmt = ",.1f" if unit == "ms" else ",.0f"
     return alt.Chart(d, title=_title(f"Timeline of {label}: communication and compute lanes per rank",
                                      "GPU activity merged into short segments (opacity = share of the segment that is "
                                      "busy); hover for the longest kernel")).mark_bar(height={"band": 0.8}).encode(
-        x=alt.X("start_us:Q", title=f"time since {label} start (µs)"),
-        x2="end_us:Q",
+        x=alt.X("start:Q", title=f"time since {label} start ({unit})",
+                axis=alt.Axis(format=fmt, tickCount=8, labelOverlap="greedy", labelFlush=False)),
+        x2="end:Q",
         y=alt.Y("lane_label:N", title=None, sort=lanes),
         color=alt.Color("op_class:N", title="kernel class", scale=_scale(present), sort=present),
-        opacity=alt.Opacity("busy_fraction:Q", scale=alt.Scale(domain=[0, 1], range=[0.35, 1]), legend=None),
+        opacity=alt.Opacity("busy_pct:Q", scale=alt.Scale(domain=[0, 100], range=[0.35, 1]), legend=None),
         tooltip=[alt.Tooltip("lane_label:N", title="lane"), alt.Tooltip("op_class:N", title="main class"),
-                 alt.Tooltip("start_us:Q", title="start (µs)", format=",.1f"),
-                 alt.Tooltip("span_us:Q", title="length (µs)", format=",.1f"),
-                 alt.Tooltip("busy_us:Q", title="busy (µs)", format=",.1f"),
+                 alt.Tooltip("start:Q", title=f"start ({unit})", format=",.1f"),
+                 alt.Tooltip("length:Q", title=f"length ({unit})", format=",.1f"),
+                 alt.Tooltip("busy:Q", title=f"busy ({unit})", format=",.1f"),
                  alt.Tooltip("n_ops:Q", title="operations"),
                  alt.Tooltip("longest_op_name:N", title="longest operation"),
                  alt.Tooltip("longest_op_full_name:N", title="full name")],
@@ -428,54 +439,66 @@ def step_timeline_chart(df: pl.DataFrame) -> alt.Chart:
 # Latency-bound communication
 
 
+@consumes(latency_model=("collective", "latency_floor_ns", "transfer_p50_ns", "transfer_p90_ns", "instances"),
+          latency_by_size=("collective", "group_size", "msg_bytes", "instances", "transfer_p10_ns",
+                           "transfer_p50_ns", "transfer_p90_ns", "model_ns", "n_half_bytes"))
 def latency_chart(model: pl.DataFrame, points: pl.DataFrame | None = None) -> alt.Chart:
     """Log-log transfer time (median per size, p10–p90 whisker) against size per collective and p2p, with the
     fitted α + bytes/β line and n½ marked (latency_by_size, latency_model). Without sizes: per collective, the
-    transfer-time distribution and the latency floor (α estimate) as bars."""
+    transfer-time range from the latency floor (5th percentile) to p90, median as a dot."""
     if points is None or not points.height:
-        d = model.select("collective", (pl.col("latency_floor_ns") / 1e3).alias("floor_us"),
-                         (pl.col("transfer_p50_ns") / 1e3).alias("p50_us"),
-                         (pl.col("transfer_p90_ns") / 1e3).alias("p90_us"), "instances")
+        d = model.select("collective", "instances", _us("latency_floor_ns").alias("floor_us"),
+                         _us("transfer_p50_ns").alias("p50_us"), _us("transfer_p90_ns").alias("p90_us"))
         base = alt.Chart(d).encode(y=alt.Y("collective:N", title=None))
         return alt.layer(
             base.mark_rule().encode(x=alt.X("floor_us:Q", title="transfer time (µs), sizes unknown"), x2="p90_us:Q"),
             base.mark_point(filled=True, size=60).encode(
-                x="p50_us:Q", tooltip=["collective", "instances", alt.Tooltip("floor_us:Q", title="latency floor µs"),
-                                       alt.Tooltip("p50_us:Q", title="median µs"), alt.Tooltip("p90_us:Q", title="p90 µs")]),
+                x="p50_us:Q", tooltip=["collective", "instances",
+                                       alt.Tooltip("floor_us:Q", title="latency floor (µs)", format=",.1f"),
+                                       alt.Tooltip("p50_us:Q", title="median (µs)", format=",.1f"),
+                                       alt.Tooltip("p90_us:Q", title="p90 (µs)", format=",.1f")]),
+            title=_title("Transfer time per collective", "Sizes unknown: latency floor to p90 (rule), median (dot)"),
         ).properties(width=560)
-    d = points.with_columns((pl.col("collective") + " n=" + pl.col("group_size").cast(pl.Utf8)).alias("op"),
-                            (pl.col("transfer_p10_ns") / 1e3).alias("p10_us"),
-                            (pl.col("transfer_p50_ns") / 1e3).alias("p50_us"),
-                            (pl.col("transfer_p90_ns") / 1e3).alias("p90_us"),
-                            (pl.col("model_ns") / 1e3).alias("model_us"),
-                            pl.col("msg_bytes").cast(pl.Float64).alias("size_bytes"))
-    x = alt.X("size_bytes:Q", scale=alt.Scale(type="log"), title="message size (bytes)")
+    d = points.select(
+        (pl.col("collective") + " n=" + pl.col("group_size").cast(pl.Utf8)).alias("op"), "msg_bytes", "instances",
+        pl.col("msg_bytes").cast(pl.Float64).alias("size_bytes"), _us("transfer_p10_ns").alias("p10_us"),
+        _us("transfer_p50_ns").alias("p50_us"), _us("transfer_p90_ns").alias("p90_us"),
+        _us("model_ns").alias("model_us"), "n_half_bytes")
+    x = _size_x("size_bytes:Q", "message size (bytes, log2 scale)")
     y = alt.Y("p50_us:Q", scale=alt.Scale(type="log"), title="transfer time, waiting excluded (µs)")
     base = alt.Chart(d).encode(x=x, color=alt.Color("op:N", title="operation"))
     layers = [base.mark_rule().encode(y=alt.Y("p10_us:Q", scale=alt.Scale(type="log")), y2="p90_us:Q"),
               base.mark_point(filled=True, size=50).encode(
-                  y=y, tooltip=["op", "msg_bytes", "instances", alt.Tooltip("p50_us:Q", title="median µs", format=".1f"),
-                                alt.Tooltip("model_us:Q", title="model µs", format=".1f")])]
+                  y=y, tooltip=["op", "msg_bytes", "instances",
+                                alt.Tooltip("p50_us:Q", title="median (µs)", format=",.1f"),
+                                alt.Tooltip("model_us:Q", title="model (µs)", format=",.1f")])]
     fitted = d.filter(pl.col("model_us").is_not_null())
     if fitted.height:
         layers.append(alt.Chart(fitted).mark_line(strokeDash=[4, 3]).encode(
             x=x, y=alt.Y("model_us:Q", scale=alt.Scale(type="log")), color="op:N"))
-        nh = fitted.group_by("op").agg(pl.col("n_half_bytes").first().cast(pl.Float64).alias("n_half_bytes"))
+        nh = fitted.group_by("op").agg(pl.col("n_half_bytes").first().cast(pl.Float64)).sort("op")
         layers.append(alt.Chart(nh).mark_rule(strokeDash=[1, 2]).encode(
             x="n_half_bytes:Q", color="op:N", tooltip=["op", alt.Tooltip("n_half_bytes:Q", title="n½ (bytes)")]))
-    return alt.layer(*layers).properties(width=560, height=320)
+    return alt.layer(*layers, title=_title("Transfer time against message size",
+                                           "Median (dot), p10–p90 (whisker), fit α + bytes/β (dashed), n½ (dotted)")
+                     ).properties(width=560, height=320)
 
 
+@consumes(transfer_by_pair=("src_rank", "dst_rank", "instances", "transfer_p50_ns", "wait_p50_ns",
+                            "receiver_waited_pct"))
 def pair_heatmap_chart(pairs: pl.DataFrame) -> alt.Chart:
     """Sender × receiver heatmap of median p2p transfer time, with the median wait in the tooltip and as text."""
-    d = pairs.with_columns((pl.col("transfer_p50_ns") / 1e3).alias("transfer_us"),
-                           (pl.col("wait_p50_ns") / 1e3).alias("wait_us"))
+    d = pairs.select("src_rank", "dst_rank", "instances", "receiver_waited_pct",
+                     _us("transfer_p50_ns").alias("transfer_us"), _us("wait_p50_ns").alias("wait_us"))
     base = alt.Chart(d).encode(x=alt.X("dst_rank:O", title="receiver rank"), y=alt.Y("src_rank:O", title="sender rank"))
     return alt.layer(
         base.mark_rect().encode(color=alt.Color("transfer_us:Q", title="median transfer (µs)"),
                                 tooltip=["src_rank", "dst_rank", "instances",
-                                         alt.Tooltip("transfer_us:Q", title="median transfer µs", format=".1f"),
-                                         alt.Tooltip("wait_us:Q", title="median wait µs", format=".1f"),
-                                         alt.Tooltip("receiver_waited_pct:Q", title="receiver waited %", format=".0f")]),
+                                         alt.Tooltip("transfer_us:Q", title="median transfer (µs)", format=",.1f"),
+                                         alt.Tooltip("wait_us:Q", title="median wait (µs)", format=",.1f"),
+                                         alt.Tooltip("receiver_waited_pct:Q", title="receiver waited (%)",
+                                                     format=".0f")]),
         base.mark_text(fontSize=9).encode(text=alt.Text("wait_us:Q", format=".0f")),
+        title=_title("Point-to-point pairs", "Colour: median transfer time; number: median wait of the earlier "
+                                             "side (µs)"),
     ).properties(width=320, height=320)

@@ -1,42 +1,54 @@
-"""Fetching the report's data: catalog queries only, each failure kept as a reason instead of an exception."""
+"""Fetching the report's data: catalog queries only, each failure kept as a reason instead of an exception.
+
+Every chart, finding and table declares the catalog columns it reads with :func:`consumes`; the registry
+(:data:`CONSUMERS`) is tested against the catalog's ``@column`` docs, so a renamed column fails a test instead of
+making a chart or finding vanish.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import polars as pl
 
-from .. import catalog
+from ..analysis import materialize, run_query, unmaterialize
+
+# consumer -> {catalog object: columns it reads}
+CONSUMERS: dict[str, dict[str, tuple[str, ...]]] = {}
 
 
-def _fallback_run_query(con, name: str, params: dict | None) -> pl.DataFrame:
-    obj = catalog.find(name)
-    if obj is None:
-        raise LookupError(f"the catalog has no object named {name!r}")
-    params = params or {}
-    if obj.kind == "macro":
-        args = ", ".join(f"{k} := ${k}" for k in params)
-        return con.sql(f"SELECT * FROM {name}({args})", params=params).pl()
-    return con.sql(f"SELECT * FROM {name}").pl()
+def consumes(**objects: tuple[str, ...]) -> Callable:
+    """Declare the catalog columns a function reads: ``@consumes(overlap_by_rank=("rank", "comm_ns"))``."""
+    def mark(fn: Callable) -> Callable:
+        declare(f"{fn.__module__}.{fn.__qualname__}", **objects)
+        fn.consumes = objects
+        return fn
+    return mark
 
 
-def run_query(con, name: str, params: dict | None = None) -> pl.DataFrame:
-    """nsys2comm.analysis.run_query when present, else a direct catalog call (same result).
+def declare(consumer: str, **objects: tuple[str, ...]) -> None:
+    """Register columns read by something that is not a function (a table layout)."""
+    CONSUMERS[consumer] = {name: tuple(cols) for name, cols in objects.items()}
 
-    Canonical tables (documented catalog objects too) are read directly."""
-    obj = catalog.find(name)
-    if obj is not None and obj.kind == "table":
-        return _fallback_run_query(con, name, params)
-    try:
-        from ..analysis import run_query as rq  # type: ignore[attr-defined]
-    except ImportError:
-        return _fallback_run_query(con, name, params)
-    return rq(con, name, params or {})
+
+@dataclass(frozen=True)
+class Query:
+    """One catalog query of the report, and when its numbers cannot be computed.
+
+    ``needs``: job facts (keys of ``sections.FACTS``) without which the result is not available; ``empty``: why
+    no rows means not available; ``all_null``: a column that, NULL on every row, means not available, and why."""
+
+    name: str
+    params: dict = field(default_factory=dict)
+    needs: tuple[str, ...] = ()
+    empty: str | None = None
+    all_null: tuple[str, str] | None = None
 
 
 @dataclass
 class Fetched:
-    """Query results by name, and why the ones that failed did."""
+    """Query results by catalog name, and why the ones that failed or are not available are missing."""
 
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
@@ -45,34 +57,24 @@ class Fetched:
         df = self.frames.get(name)
         return df if df is not None and df.height else None
 
+    def drop(self, name: str, why: str) -> None:
+        self.frames.pop(name, None)
+        self.errors.setdefault(name, f"not available: {why}")
 
-def fetch(con, queries: dict[str, tuple[str, dict]]) -> Fetched:
-    """Run ``{key: (catalog name, params)}``; a query that fails or is missing is recorded, not raised."""
+
+def fetch(con, queries: list[Query]) -> Fetched:
+    """Run the queries once each (shared sweeps snapshotted for the batch); failures are recorded, not raised."""
     out = Fetched()
-    try:  # compute the shared sweeps once for all the queries below (TEMP snapshots, dropped afterwards)
-        from ..analysis import materialize, unmaterialize
-        materialize(con)
-    except Exception:  # noqa: BLE001 - without snapshots every query computes live (same results, slower)
-        try:
-            unmaterialize(con)  # drop a partial snapshot
-        except Exception:  # noqa: BLE001
-            pass
-        unmaterialize = None
     try:
-        _fetch_all(con, queries, out)
+        materialize(con)
+    except Exception:  # noqa: BLE001 - a helper that cannot be snapshotted computes live; its queries say why
+        unmaterialize(con)
+    try:
+        for q in queries:
+            try:
+                out.frames[q.name] = run_query(con, q.name, q.params)
+            except Exception as e:  # noqa: BLE001 - one failing analysis must not sink the report
+                out.errors[q.name] = f"analysis '{q.name}' failed: {str(e).strip()[:600] or type(e).__name__}"
     finally:
-        if unmaterialize is not None:
-            unmaterialize(con)
+        unmaterialize(con)
     return out
-
-
-def _fetch_all(con, queries: dict[str, tuple[str, dict]], out: Fetched) -> None:
-    for key, (name, params) in queries.items():
-        if catalog.find(name) is None:
-            out.errors[key] = f"analysis '{name}' is not in this version's catalog"
-            continue
-        try:
-            out.frames[key] = run_query(con, name, params)
-        except Exception as e:  # noqa: BLE001 - one failing analysis must not sink the report
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            out.errors[key] = f"analysis '{name}' failed: {first[:300]}"

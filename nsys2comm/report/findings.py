@@ -1,17 +1,23 @@
 """Findings in plain words, computed from the catalog query frames the report draws.
 
-Each finding is one sentence with its numbers and points at the chart that shows it (``anchor``). Functions are
-pure: frames in, findings out; a finding whose data is missing is simply not produced (the section says why).
+Each finding is one sentence with its numbers (formats from :mod:`.fmt`) and points at the chart that shows it
+(``anchor``). Functions are pure: frames in, findings out, reading only the columns they declare with
+``@consumes``. A finding whose data is missing is not produced (the section says why), and neither is one about
+something that takes less than :data:`MIN_SHARE_PCT` of the time it is measured against: advice about ~0 % is noise.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
-from .charts import _col, fmt_bytes
+from .data import consumes
+from .fmt import duration, gbps, is_num, pct, size
+
+MIN_SHARE_PCT = 1.0  # a finding about less than this share of the time is not worth a line
+WARN_PCT = 30.0  # exposed / latency-bound shares from which a finding is a warning
 
 
 @dataclass
@@ -21,176 +27,174 @@ class Finding:
     level: str = "info"  # 'info' | 'warning' (worth acting on)
 
 
-def _num(x) -> float | None:
-    if x is None:
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
+def _sum(df: pl.DataFrame, col: str) -> float:
+    v = df[col].sum()
+    return float(v) if is_num(v) else 0.0
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.2f} ms" if ns >= 1e5 else f"{ns / 1e3:,.1f} µs"
-
-
-def overlap_findings(df: pl.DataFrame | None) -> list[Finding]:
-    if df is None or not df.height:
-        return []
-    comm = _col(df, "comm_ns", "comm_time_ns")
-    exp = _col(df, "exposed_comm_ns", "comm_exposed_ns")
-    ov = _col(df, "comm_overlapped_ns", "overlapped_ns")
-    gm = _col(df, "gemm_overlapped_ns")
-    if not comm:
-        return []
-    total = _num(df[comm].sum()) or 0.0
+@consumes(overlap_by_rank=("rank", "busy_ns", "comm_ns", "exposed_comm_ns", "gemm_overlapped_ns"))
+def overlap_findings(df: pl.DataFrame) -> list[Finding]:
+    """Exposed share of communication; the worst rank by the summary's rule (exposed communication as a share of
+    the rank's GPU-busy time); GEMM overlap when it is not negligible."""
+    total = _sum(df, "comm_ns")
     if total <= 0:
         return []
-    exposed = _num(df[exp].sum()) if exp else (total - (_num(df[ov].sum()) or 0.0) if ov else None)
-    out = []
-    if exposed is not None:
-        pct = 100 * exposed / total
-        worst = df.with_columns(((pl.col(exp) if exp else pl.col(comm) - pl.col(ov)) /
-                                 pl.when(pl.col(comm) > 0).then(pl.col(comm)).otherwise(None)).alias("_x")) \
-                  .sort("_x", descending=True, nulls_last=True).row(0, named=True)
-        text = (f"{pct:.0f}% of communication time ({_ms(exposed)} of {_ms(total)}, all ranks) is exposed: "
-                f"no compute kernel runs beside it.")
-        if df.height > 1 and worst["_x"] is not None:
-            text += f" Worst is rank {worst['rank']} with {100 * worst['_x']:.0f}% exposed."
-        out.append(Finding(text, "sec-overlap", "warning" if pct >= 30 else "info"))
-    if gm:
-        g = _num(df[gm].sum()) or 0.0
-        out.append(Finding(f"{100 * g / total:.0f}% of communication time overlaps GEMM kernels ({_ms(g)}); "
-                           "GEMMs share SMs and memory bandwidth with NCCL, so both may run slower than alone.",
-                           "sec-overlap"))
+    exposed = _sum(df, "exposed_comm_ns")
+    share = 100 * exposed / total
+    text = (f"{pct(share)} of communication time ({duration(exposed)} of {duration(total)}, all ranks) is exposed: "
+            "no computation runs beside it.")
+    per = (df.filter(pl.col("busy_ns") > 0)
+           .with_columns((100.0 * pl.col("exposed_comm_ns") / pl.col("busy_ns")).alias("_pct"))
+           .sort(["_pct", "rank"], descending=[True, False], nulls_last=True))
+    if df.height > 1 and per.height and is_num(per["_pct"][0]):
+        text += (f" Worst is rank {per['rank'][0]}: exposed communication is {pct(per['_pct'][0])} of its "
+                 "GPU-busy time.")
+    out = [Finding(text, "sec-overlap", "warning" if share >= WARN_PCT else "info")]
+    gemm = _sum(df, "gemm_overlapped_ns")
+    if 100 * gemm / total >= MIN_SHARE_PCT:
+        out.append(Finding(f"{pct(100 * gemm / total)} of communication time overlaps GEMM kernels "
+                           f"({duration(gemm)}); GEMMs share SMs and memory bandwidth with NCCL, so both may run "
+                           "slower than alone.", "sec-overlap"))
     return out
 
 
-def breakdown_findings(df: pl.DataFrame | None) -> list[Finding]:
-    """From time_breakdown_by_rank (long: rank, category, time_ns, span_pct)."""
-    if df is None or not df.height or "category" not in df.columns:
+@consumes(time_breakdown_by_rank=("rank", "category", "span_pct"))
+def breakdown_findings(df: pl.DataFrame) -> list[Finding]:
+    """Mean idle share of the span, the idlest rank, and the mean exposed-communication share."""
+    idle = df.filter(pl.col("category") == "idle").sort(["span_pct", "rank"], descending=[True, False],
+                                                        nulls_last=True)
+    mean = idle["span_pct"].mean() if idle.height else None
+    if not is_num(mean):
         return []
-    idle = df.filter(pl.col("category") == "idle").select("rank", pl.col("span_pct").alias("_p"))
-    if not idle.height:
-        return []
-    d = idle.sort("_p", descending=True, nulls_last=True)
-    top, mean = d.row(0, named=True), _num(d["_p"].mean())
-    if top["_p"] is None or mean is None:
-        return []
-    text = f"GPUs are idle {mean:.0f}% of their profiled span on average"
-    if d.height > 1:
-        text += f"; rank {top['rank']} idles most ({top['_p']:.0f}%)"
-    exp = df.filter(pl.col("category") == "communication")
-    if exp.height:
-        text += (f". Exposed communication (nothing else running) takes {_num(exp['span_pct'].mean()):.0f}% of the "
-                 "span on average")
+    text = f"GPUs are idle {pct(mean)} of their profiled span on average"
+    if idle.height > 1 and is_num(idle["span_pct"][0]):
+        text += f"; rank {idle['rank'][0]} idles most ({pct(idle['span_pct'][0])})"
+    exp = df.filter(pl.col("category") == "communication")["span_pct"].mean()
+    if is_num(exp):
+        text += f". Exposed communication (nothing else running) takes {pct(exp)} of the span on average"
     return [Finding(text + ".", "sec-breakdown", "warning" if mean >= 20 else "info")]
 
 
-def histogram_findings(df: pl.DataFrame | None) -> list[Finding]:
-    if df is None or not df.height:
-        return []
-    t = _col(df, "total_ns", "time_ns", "duration_ns", "sum_ns")
-    b = _col(df, "bucket_bytes", "bucket_lo_bytes", "size_bucket_bytes", "bucket_min_bytes", "bucket")
-    cnt = _col(df, "ops", "count", "n", "calls", "n_ops")
-    if not (t and b):
-        return []
-    per = df.group_by("collective").agg(pl.col(t).sum().alias("t")).sort("t", descending=True)
-    total = _num(per["t"].sum()) or 0
+@consumes(msg_size_histogram=("collective", "total_ns"))
+def histogram_findings(df: pl.DataFrame) -> list[Finding]:
+    """The collective with the most communication kernel time."""
+    per = df.group_by("collective").agg(pl.col("total_ns").sum().alias("t")).sort(["t", "collective"],
+                                                                                  descending=[True, False])
+    total = _sum(per, "t")
     if total <= 0:
         return []
     top = per.row(0, named=True)
-    out = [Finding(f"{top['collective']} takes {100 * top['t'] / total:.0f}% of communication kernel time "
-                   f"({_ms(top['t'])} of {_ms(total)}).", "sec-msgsize")]
-    if cnt:
-        small = df.filter(pl.col(b) < 65536)
-        n_all = _num(df[cnt].sum()) or 0
-        n_small = _num(small[cnt].sum()) or 0
-        if n_all and n_small:
-            out.append(Finding(f"{100 * n_small / n_all:.0f}% of communication calls move less than 64 KiB "
-                               f"but take only {100 * (_num(small[t].sum()) or 0) / total:.0f}% of the time; "
-                               "such calls are latency-bound, so batching or bucketing them saves launch and "
-                               "α costs.", "sec-msgsize"))
-    return out
+    return [Finding(f"{top['collective']} takes {pct(100 * top['t'] / total)} of communication kernel time "
+                    f"({duration(top['t'])} of {duration(total)}).", "sec-msgsize")]
 
 
-def bandwidth_findings(df: pl.DataFrame | None) -> list[Finding]:
-    if df is None or not df.height:
-        return []
-    bw = _col(df, "busbw_gbps", "busbw_GBps", "bus_bw_gbps", "median_busbw_gbps", "avg_busbw_gbps")
-    b = _col(df, "bucket_bytes", "bucket_lo_bytes", "size_bucket_bytes", "bucket_min_bytes", "bucket")
-    if not (bw and b):
-        return []
+@consumes(collective_bandwidth=("collective", "bucket_lo_bytes", "busbw_gbps", "group_size", "group_size_assumed"))
+def bandwidth_findings(df: pl.DataFrame) -> list[Finding]:
+    """Peak bus bandwidth per collective (four at most), flagged when the group size is assumed."""
     out = []
-    for coll, g in df.filter(pl.col(bw).is_not_null()).group_by("collective", maintain_order=True):
-        if g.height < 1:
-            continue
-        best = g.sort(bw, descending=True).row(0, named=True)
-        assumed = (f" This assumes a group of {best['group_size']} ranks (the world size): the trace records no "
-                   "process group." if best["group_size_assumed"] else "")
-        out.append(Finding(f"{coll[0]} peaks at {best[bw]:.1f} GB/s bus bandwidth (messages of "
-                           f"{fmt_bytes(best[b])}+); smaller messages get less, see the curve.{assumed}", "sec-busbw"))
+    sized = df.filter(pl.col("busbw_gbps").is_not_null())
+    for (coll,), g in sized.group_by("collective", maintain_order=True):
+        best = g.sort(["busbw_gbps", "bucket_lo_bytes"], descending=[True, False]).row(0, named=True)
+        smaller = g.filter(pl.col("bucket_lo_bytes") < best["bucket_lo_bytes"]).height
+        text = (f"{coll} peaks at {gbps(best['busbw_gbps'])} bus bandwidth (messages of "
+                f"{size(best['bucket_lo_bytes'])}+)" + ("; smaller messages get less, see the curve." if smaller
+                                                        else "."))
+        if best["group_size_assumed"]:
+            text += (f" This assumes a group of {best['group_size']} ranks (the world size): the trace records no "
+                     "process group.")
+        out.append(Finding(text, "sec-busbw"))
     return out[:4]
 
 
-def latency_findings(model: pl.DataFrame | None, total: pl.DataFrame | None) -> list[Finding]:
-    """Latency-bound share and coalescing saving (latency_bound_total), and the fitted α, β, n½ per operation."""
-    out = []
-    if total is not None and total.height:
-        t = total.row(0, named=True)
-        pct, save = _num(t.get("latency_bound_pct")), _num(t.get("coalescing_saving_ns"))
-        if pct is not None:
-            tail = f"; sending the same bytes in operations of at least n½ would save {_ms(save)}" if save else ""
-            out.append(Finding(f"{pct:.0f}% of sized communication transfer time (waiting excluded) is in latency-bound "
-                               f"operations, smaller than n½ = α·β of their fit{tail}.", "sec-latency",
-                               "warning" if pct >= 30 else "info"))
-    if model is not None and model.height:
-        fitted = model.filter(pl.col("alpha_us").is_not_null()).sort("total_transfer_ns", descending=True)
-        for m in fitted.head(3).iter_rows(named=True):
-            out.append(Finding(f"{m['collective']} (group of {m['group_size']}): α ≈ {m['alpha_us']:.1f} µs, "
-                               f"β ≈ {m['beta_gbps']:.1f} GB/s, n½ ≈ {fmt_bytes(m['n_half_bytes'])} "
-                               f"(fit: {m['fit_quality']}, {m['sized_instances']} instances).", "sec-latency"))
-        if not fitted.height:
-            m = model.sort("total_transfer_ns", descending=True).row(0, named=True)
+@consumes(latency_model=("collective", "group_size", "sized_instances", "sized_transfer_ns", "threshold_rule",
+                         "below_threshold_ops", "latency_bound_ns", "coalescing_saving_ns", "alpha_us", "beta_gbps",
+                         "n_half_bytes", "fit_quality", "total_transfer_ns", "latency_floor_ns"))
+def latency_findings(model: pl.DataFrame) -> list[Finding]:
+    """Latency-bound operations (below n½ of their fit, or the labelled 64 KiB fallback) among sized ones only,
+    and the fitted α, β, n½ of the three operations with the most transfer time."""
+    out = _small_message_finding(model)
+    fitted = model.filter(pl.col("alpha_us").is_not_null()).sort(["total_transfer_ns", "collective"],
+                                                                 descending=[True, False])
+    for m in fitted.head(3).iter_rows(named=True):
+        out.append(Finding(f"{m['collective']} (group of {m['group_size']}): α ≈ {duration(m['alpha_us'] * 1e3)}, "
+                           f"β ≈ {gbps(m['beta_gbps'])}, n½ ≈ {size(m['n_half_bytes'])} "
+                           f"(fit: {m['fit_quality']}, {m['sized_instances']:,} sized instances).", "sec-latency"))
+    if not fitted.height:
+        m = model.sort(["total_transfer_ns", "collective"], descending=[True, False]).row(0, named=True)
+        if is_num(m["latency_floor_ns"]):
             out.append(Finding(f"No α-β fit ({m['fit_quality']}); the latency floor of {m['collective']} is "
-                               f"{_ms(m['latency_floor_ns'])} (5th percentile transfer time).", "sec-latency"))
+                               f"{duration(m['latency_floor_ns'])} (5th percentile transfer time).", "sec-latency"))
     return out
 
 
-def skew_findings(rank_wait: pl.DataFrame | None, skew: pl.DataFrame | None) -> list[Finding]:
-    out = []
-    if rank_wait is not None and rank_wait.height:
-        last = _col(rank_wait, "times_last", "n_last", "arrived_last_count", "last_arrivals", "times_arrived_last")
-        if last:
-            d = rank_wait.sort(last, descending=True)
-            top = d.row(0, named=True)
-            n = _num(d[last].sum()) or 0
-            if n:
-                out.append(Finding(f"Rank {top['rank']} arrives last in {top[last]} of {n:.0f} collective instances "
-                                   f"({100 * top[last] / n:.0f}%): the likeliest straggler.", "sec-skew",
-                                   "warning" if top[last] / n >= 0.5 and d.height > 2 else "info"))
-    if skew is not None and skew.height:
-        s = _col(skew, "start_skew_ns")
-        if s:
-            med, mx = _num(skew[s].median()), _num(skew[s].max())
-            if med is not None and mx is not None:
-                out.append(Finding(f"Ranks start a collective {_ms(med)} apart (median start skew; max {_ms(mx)}); "
-                                   "the early ranks wait that long inside NCCL.", "sec-skew"))
-    return out
+def _small_message_finding(model: pl.DataFrame) -> list[Finding]:
+    sized_ops, sized_ns = _sum(model, "sized_instances"), _sum(model, "sized_transfer_ns")
+    small_ops, small_ns = _sum(model, "below_threshold_ops"), _sum(model, "latency_bound_ns")
+    if sized_ops <= 0 or sized_ns <= 0 or 100 * small_ns / sized_ns < MIN_SHARE_PCT:
+        return []
+    rules = model.filter(pl.col("threshold_rule").is_not_null())["threshold_rule"]
+    fallback = int((rules == "fallback_64KiB").sum())
+    if fallback == len(rules):
+        rule = "smaller than 64 KiB (a fallback threshold: no operation has a usable α-β fit)"
+    else:
+        rule = "smaller than n½ = α·β of their operation's fit"
+        if fallback:
+            rule += f" (64 KiB fallback for the {fallback} of {len(rules)} operation types without a usable fit)"
+    time_share = 100 * small_ns / sized_ns
+    text = (f"{pct(100 * small_ops / sized_ops)} of sized communication operations ({small_ops:,.0f} of "
+            f"{sized_ops:,.0f}) are latency-bound, {rule}; they take {pct(time_share)} of sized transfer time "
+            "(waiting excluded).")
+    saving = _sum(model, "coalescing_saving_ns")
+    if 100 * saving / sized_ns >= MIN_SHARE_PCT:
+        text += f" Sending the same bytes in operations of at least n½ would save about {duration(saving)}."
+    return [Finding(text, "sec-latency", "warning" if time_share >= WARN_PCT else "info")]
 
 
-def all_findings(frames: dict[str, pl.DataFrame | None], small_bytes: int) -> list[Finding]:
-    g = frames.get
+@consumes(rank_wait=("rank", "times_arrived_last"))
+def straggler_findings(df: pl.DataFrame) -> list[Finding]:
+    """The rank that arrives last most often."""
+    top = df.sort(["times_arrived_last", "rank"], descending=[True, False]).row(0, named=True)
+    n = _sum(df, "times_arrived_last")  # each matched instance has one last rank
+    if n <= 0:
+        return []
+    share = top["times_arrived_last"] / n
+    return [Finding(f"Rank {top['rank']} arrives last in {top['times_arrived_last']:,} of {n:,.0f} collective "
+                    f"instances ({pct(100 * share)}): the likeliest straggler.", "sec-skew",
+                    "warning" if share >= 0.5 and df.height > 2 else "info")]
+
+
+@consumes(collective_skew=("start_skew_ns",))
+def start_skew_findings(df: pl.DataFrame) -> list[Finding]:
+    """Median and largest start skew, when ranks do not start together."""
+    med, mx = df["start_skew_ns"].median(), df["start_skew_ns"].max()
+    if not (is_num(med) and is_num(mx)) or mx <= 0:
+        return []
+    return [Finding(f"Ranks start a collective {duration(med)} apart (median start skew; max {duration(mx)}); "
+                    "the early ranks wait that long inside NCCL.", "sec-skew")]
+
+
+# finding function, the catalog objects it takes (in order), the section it belongs to
+FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
+    (overlap_findings, ("overlap_by_rank",), "sec-overlap"),
+    (breakdown_findings, ("time_breakdown_by_rank",), "sec-breakdown"),
+    (latency_findings, ("latency_model",), "sec-latency"),
+    (histogram_findings, ("msg_size_histogram",), "sec-msgsize"),
+    (bandwidth_findings, ("collective_bandwidth",), "sec-busbw"),
+    (straggler_findings, ("rank_wait",), "sec-skew"),
+    (start_skew_findings, ("collective_skew",), "sec-skew"),
+]
+
+
+def all_findings(frames: dict[str, pl.DataFrame | None]) -> list[Finding]:
+    """Every finding whose data is there. A finding that fails says so in the list instead of vanishing."""
     out: list[Finding] = []
-    for f in (lambda: overlap_findings(g("overlap_by_rank")),
-              lambda: breakdown_findings(g("time_breakdown_by_rank")),
-              lambda: latency_findings(g("latency_model"), g("latency_bound_total")),
-              lambda: histogram_findings(g("msg_size_histogram")),
-              lambda: bandwidth_findings(g("busbw")),
-              lambda: skew_findings(g("rank_wait"), g("collective_skew"))):
-        try:
-            out.extend(f())
-        except Exception:  # noqa: BLE001 - a finding that cannot be computed is left out, never fatal
+    for fn, inputs, anchor in FINDINGS:
+        args = [frames.get(name) for name in inputs]
+        if any(a is None or not a.height for a in args):
             continue
+        try:
+            out.extend(fn(*args))
+        except Exception as e:  # noqa: BLE001 - shown, not raised: the rest of the report still stands
+            out.append(Finding(f"The {fn.__name__.removesuffix('_findings').replace('_', ' ')} finding could not be "
+                               f"computed ({type(e).__name__}: {str(e)[:200]}).", anchor, "warning"))
     return out

@@ -1,3 +1,4 @@
+-- @include overlap/overlap.sql
 -- Communication summaries for the report, built on comm_kernels (overlap area).
 
 -- @macro comm_overlap_by_collective
@@ -31,9 +32,9 @@ ORDER BY comm_ns DESC, collective;
 -- @column collective: Canonical collective.
 -- @column calls: Kernel executions.
 -- @column ranks: Ranks that ran it.
--- @column total_ms: Summed duration (ms).
--- @column mean_us: Mean duration (µs).
--- @column max_us: Longest execution (µs).
+-- @column total_ns: Summed duration (ns).
+-- @column mean_ns: Mean duration (ns, rounded).
+-- @column max_ns: Longest execution (ns).
 -- @column exposed_pct: 100 × summed exposed time / summed duration.
 -- @column median_msg_bytes: Median message size (bytes, nccl-tests convention), when known.
 -- @column time_share_pct: 100 × total time / all communication-kernel time.
@@ -52,8 +53,9 @@ WITH per_name AS (
          median(msg_bytes) AS median_msg_bytes
   FROM comm_kernels() GROUP BY short_name, collective
 )
-SELECT short_name, collective, calls, ranks, total_ns / 1e6 AS total_ms, mean_ns / 1e3 AS mean_us,
-       max_ns / 1e3 AS max_us, 100.0 * exposed_ns / nullif(total_ns, 0) AS exposed_pct,
+SELECT short_name, collective, calls, ranks, CAST(total_ns AS BIGINT) AS total_ns,
+       CAST(round(mean_ns) AS BIGINT) AS mean_ns, CAST(max_ns AS BIGINT) AS max_ns,
+       100.0 * exposed_ns / nullif(total_ns, 0) AS exposed_pct,
        CAST(median_msg_bytes AS BIGINT) AS median_msg_bytes,
        100.0 * total_ns / nullif(sum(total_ns) OVER (), 0) AS time_share_pct, n_names, top_name
 FROM g JOIN names USING (short_name, collective)

@@ -1,10 +1,11 @@
+-- @include overlap/timeline.sql
 -- Data for the report's step timeline: GPU activity of one training step, per rank and lane, downsampled.
 
 -- @macro step_timeline
 -- GPU activity of one training step as at most `max_segments` segments per rank and lane, for drawing a
--- timeline whose size does not grow with the trace. The step is a 'ProfilerStep#N' (Kineto) or 'step N' /
--- 'step_N' / 'step#N' (NVTX) range in cpu_ranges; its window runs from the earliest start to the latest end
--- of that step's ranges over all ranks. Without step ranges the window is the whole trace ('whole trace').
+-- timeline whose size does not grow with the trace. The step is an iteration range as _steps defines it
+-- ('ProfilerStep#N' in Kineto, else NVTX 'step N', 'iteration N', ...); its window runs from the earliest start to
+-- the latest end of that step's ranges over all ranks. Without step ranges the window is the whole trace ('whole trace').
 -- Lanes: 'communication' (communication kernels), 'compute' (gemm, convolution, attention and compute kernels) and
 -- 'memory' (memory kernels, memcpy and memset). The window is cut into `max_segments` equal bins; the
 -- kernels and memory operations of one rank and lane that start in one bin (clipped to the window) merge
@@ -15,24 +16,21 @@
 -- @param max_ranks: Most ranks returned, lowest rank numbers first (default 16).
 -- @column step_label: 'step N', or 'whole trace' when the trace has no step ranges.
 -- @column window_start_ns: Start of the window on the job timeline (ns).
--- @column window_duration_us: Length of the window (µs).
+-- @column window_duration_ns: Length of the window (ns).
 -- @column rank: Rank.
 -- @column lane: 'communication', 'compute' or 'memory'.
 -- @column segment: Bin index of the segment, 0 .. max_segments - 1.
 -- @column op_class: Class that took the most time in the segment: kernels.kernel_class, or 'memory' for memcpy/memset.
--- @column start_us: Segment start, µs after window_start_ns.
--- @column end_us: Segment end, µs after window_start_ns.
--- @column busy_us: Summed duration of the segment's operations (µs); can exceed end_us - start_us when streams run concurrently.
--- @column busy_fraction: busy_us / (end_us - start_us), capped at 1.
+-- @column start_offset_ns: Segment start, ns after window_start_ns.
+-- @column end_offset_ns: Segment end, ns after window_start_ns.
+-- @column busy_ns: Summed duration of the segment's operations (ns); can exceed end_offset_ns - start_offset_ns when streams run concurrently.
+-- @column busy_pct: 100 × busy_ns / (end_offset_ns - start_offset_ns), capped at 100.
 -- @column n_ops: Number of kernels and memory operations merged into the segment.
 -- @column longest_op_name: Base name of the longest operation in the segment (untrusted trace text).
 -- @column longest_op_full_name: Full name of that operation, as the trace wrote it (untrusted trace text).
 CREATE OR REPLACE MACRO step_timeline(pick_step := NULL, max_segments := 200, max_ranks := 16) AS TABLE
-WITH step_ranges AS (
-  SELECT rank, start_ns, end_ns,
-         CAST(regexp_extract(name, '^(?:ProfilerStep#|[Ss]tep[ _#:]?)(\d+)$', 1) AS BIGINT) AS step_no
-  FROM cpu_ranges
-  WHERE end_ns IS NOT NULL AND regexp_matches(name, '^(?:ProfilerStep#|[Ss]tep[ _#:]?)\d+$')
+WITH step_ranges AS (  -- the one definition of an iteration range: _steps (overlap/timeline.sql)
+  SELECT rank, step_start_ns AS start_ns, step_end_ns AS end_ns, step_no FROM _steps() WHERE step_no IS NOT NULL
 ),
 step_list AS (
   SELECT step_no, row_number() OVER (ORDER BY step_no) AS rn, count(*) OVER () AS n_steps
@@ -89,12 +87,13 @@ segments AS (
 )
 SELECT s.step_label,
        s.w0 AS window_start_ns,
-       (s.w1 - s.w0) / 1e3 AS window_duration_us,
+       CAST(s.w1 - s.w0 AS BIGINT) AS window_duration_ns,
        s.rank, s.lane, s.seg AS segment, d.op_class,
-       (s.seg_start_ns - s.w0) / 1e3 AS start_us,
-       (s.seg_end_ns - s.w0) / 1e3 AS end_us,
-       s.busy_ns / 1e3 AS busy_us,
-       CASE WHEN s.seg_end_ns > s.seg_start_ns THEN least(1.0, s.busy_ns / (s.seg_end_ns - s.seg_start_ns)) ELSE 1.0 END AS busy_fraction,
+       CAST(s.seg_start_ns - s.w0 AS BIGINT) AS start_offset_ns,
+       CAST(s.seg_end_ns - s.w0 AS BIGINT) AS end_offset_ns,
+       CAST(s.busy_ns AS BIGINT) AS busy_ns,
+       CASE WHEN s.seg_end_ns > s.seg_start_ns
+            THEN least(100.0, 100.0 * s.busy_ns / (s.seg_end_ns - s.seg_start_ns)) ELSE 100.0 END AS busy_pct,
        s.n_ops, s.longest_op.b AS longest_op_name, s.longest_op.f AS longest_op_full_name
 FROM segments s JOIN dominant d USING (rank, lane, seg)
 ORDER BY rank, lane, segment;

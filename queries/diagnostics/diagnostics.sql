@@ -1,3 +1,5 @@
+-- @include skew/skew.sql
+-- @include overlap/timeline.sql
 -- What the analyses cannot see, and why: importer notes plus checks on the canonical tables.
 
 -- @macro diagnostics
@@ -54,10 +56,7 @@ d AS (
   UNION ALL
   SELECT 'info', 'no_steps', NULL, 'overlap_by_step',
          'no ProfilerStep#N or NVTX iteration ranges: overlap_by_step has no rows'
-  WHERE (SELECT count(*) FROM files) > 0 AND NOT EXISTS (
-    SELECT 1 FROM cpu_ranges WHERE end_ns IS NOT NULL AND (
-      (kind = 'user_annotation' AND name LIKE 'ProfilerStep#%')
-      OR (kind = 'nvtx' AND regexp_matches(name, '^(ProfilerStep#|step[ _#:]*|iteration[ _#:]*|iter[ _#:]*|train_step[ _#:]*)[0-9]+$', 'i'))))
+  WHERE (SELECT count(*) FROM files) > 0 AND NOT EXISTS (SELECT 1 FROM _steps())
   UNION ALL
   SELECT 'info', 'no_p2p', NULL, 'p2p_latency_by_size, latency_model', 'no sized send/recv operations'
   WHERE (SELECT n FROM nc) > 0
@@ -66,19 +65,13 @@ d AS (
   SELECT 'info', 'p2p_fit_impossible', NULL, 'latency_model', 'fewer than two distinct p2p message sizes: no alpha-beta fit for p2p'
   WHERE (SELECT count(DISTINCT msg_bytes) FROM co WHERE collective IN ('send', 'recv', 'send_recv')) = 1
   UNION ALL
+  -- the rule _comm_keys chose (one definition, in skew/skew.sql), in words
   SELECT 'info', 'skew_match_rule', NULL, 'collective_skew, rank_wait',
-         'collectives matched across ranks by ' || CASE
-           WHEN count(*) FILTER (WHERE coalesce(o.collective, '') NOT IN ('send', 'recv')) > 0
-                AND bool_and(o.kernel_id IS NOT NULL AND coalesce(o.pg_name, o.comm_id) IS NOT NULL AND o.seq IS NOT NULL)
-                    FILTER (WHERE coalesce(o.collective, '') NOT IN ('send', 'recv'))
-             THEN 'process group and sequence number (rule pg_seq)'
-           WHEN count(*) FILTER (WHERE coalesce(o.collective, '') NOT IN ('send', 'recv')) > 0
-                AND bool_and(o.kernel_id IS NOT NULL AND coalesce(o.pg_name, o.comm_id) IS NOT NULL)
-                    FILTER (WHERE coalesce(o.collective, '') NOT IN ('send', 'recv'))
-             THEN 'order within each process group and collective (rule group_order)'
+         'collectives matched across ranks by ' || CASE any_value(match_rule)
+           WHEN 'pg_seq' THEN 'process group and sequence number (rule pg_seq)'
+           WHEN 'group_order' THEN 'order within each process group and collective (rule group_order)'
            ELSE 'per-rank order of all communication kernels, no group metadata (rule rank_order, TraceLens simplified mode)' END
-  FROM kernels k LEFT JOIN comm_ops o USING (kernel_id)
-  WHERE k.kernel_class = 'communication'
+  FROM _comm_keys WHERE match_rule <> 'p2p_pair'
   HAVING count(*) > 0 AND (SELECT n FROM nr) > 1
 )
 SELECT severity, code, rank, affects, message FROM d

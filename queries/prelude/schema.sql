@@ -89,7 +89,7 @@ CREATE TABLE IF NOT EXISTS devices (
 -- @column block_y: Block size, y.
 -- @column block_z: Block size, z.
 -- @column graph_id: CUDA graph id when launched from a graph, else NULL.
--- @column kernel_class: 'communication', 'gemm', 'convolution', 'attention', 'memory' or 'compute' (rules: macro kernel_class in 20_classify.sql).
+-- @column kernel_class: 'communication', 'gemm', 'convolution', 'attention', 'memory' or 'compute' (rules: macro kernel_class in classify.sql).
 CREATE TABLE IF NOT EXISTS kernels (
   kernel_id BIGINT PRIMARY KEY,
   file_id INTEGER NOT NULL,

@@ -1,3 +1,4 @@
+-- @include prelude/schema.sql
 -- Classification helpers shared by the importers and the analyses. Scalar macros, no data.
 
 -- @macro _kernel_name_spellings

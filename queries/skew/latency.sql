@@ -1,4 +1,5 @@
--- Latency-bound communication: transfer time apart from waiting (from the matching in 10_skew.sql) and the
+-- @include skew/skew.sql
+-- Latency-bound communication: transfer time apart from waiting (from the matching in skew.sql) and the
 -- latency-bandwidth (Hockney α-β) model transfer_ns ≈ α + msg_bytes / β per (collective, group size) and for p2p.
 -- Robust fit (Theil–Sen): instances are first reduced to one point per size bucket (1/8 octave: median size,
 -- median transfer), the slope 1/β is the median of the slopes between every two points (never pairs of raw
@@ -144,7 +145,7 @@ FROM pts LEFT JOIN sl USING (collective, group_size) LEFT JOIN al USING (collect
 -- @macro latency_model
 -- Per (collective, group size), and for matched point-to-point ('p2p'), over instances with a transfer time:
 -- the transfer-time and wait distributions (these need no sizes; the latency floor, the 5th percentile of transfer
--- time, estimates α), the robust α-β fit transfer_ns ≈ α + msg_bytes / β with 95 % intervals (queries/skew/20_latency.sql
+-- time, estimates α), the robust α-β fit transfer_ns ≈ α + msg_bytes / β with 95 % intervals (queries/skew/latency.sql
 -- header), n½ = α·β, the latency-bound time (instances below n½, or below the labelled 64 KiB fallback when no fit
 -- exists) and its share of the sized transfer time, and what coalescing would save: measured time of the
 -- latency-bound instances minus the model time of their bytes sent in ceil(bytes / n½) operations of size n½.

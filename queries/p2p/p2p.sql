@@ -1,3 +1,4 @@
+-- @include messages/messages.sql
 -- Point-to-point (send, recv, send_recv) kernel durations versus message size. Kernel durations include waiting
 -- for the peer; the transfer time apart from waiting and the α-β model are in queries/skew (comm_transfer,
 -- transfer_by_pair, latency_model).

@@ -1,3 +1,4 @@
+-- @include overlap/timeline.sql
 -- Communication/computation overlap per kernel, per rank, per step, and the exact time breakdown.
 -- Definitions (default mode): computation = kernels of class gemm, convolution, attention or compute on the rank's GPU(s)
 -- (all streams); communication = kernels of class communication; memory = memory-class kernels and mem_ops
