@@ -5,6 +5,21 @@
 -- (copies and memsets are neither computation nor communication). Unions merge a class's intervals first, so
 -- concurrent kernels are never double counted.
 
+-- @macro _gemm_one
+-- _comm_kernel_overlap's packed delta for one gemm interval: the gemm counter sits in the high 32 bits, the
+-- computation counter (every computation class, gemm included) in the low 32 bits.
+CREATE OR REPLACE MACRO _gemm_one() AS (CAST(1 AS BIGINT) << 32);
+
+-- @macro _computation_open
+-- True when the packed counters c of _comm_kernel_overlap have an open computation interval (low 32 bits).
+-- @param c: Packed counters (BIGINT).
+CREATE OR REPLACE MACRO _computation_open(c) AS (c & (_gemm_one() - 1)) > 0;
+
+-- @macro _gemm_open
+-- True when the packed counters c of _comm_kernel_overlap have an open gemm interval (high bits).
+-- @param c: Packed counters (BIGINT).
+CREATE OR REPLACE MACRO _gemm_open(c) AS (c >> 32) > 0;
+
 -- @view _comm_kernel_overlap
 -- Per communication kernel: the union length of computation (gemm, convolution, attention, compute) and of gemm kernels on the
 -- same rank within [start_ns, end_ns) (ns, may be negative for empty kernels: comm_kernels clips). One sorted sweep
@@ -18,11 +33,11 @@
 CREATE OR REPLACE VIEW _comm_kernel_overlap AS
 WITH ev AS (
   -- computation kernels as +/- events; delta packs two counters: computation (low 32 bits), gemm (high bits)
-  SELECT rank, start_ns AS ts, CASE WHEN kernel_class = 'gemm' THEN 4294967297 ELSE 1 END AS delta,
+  SELECT rank, start_ns AS ts, CASE WHEN kernel_class = 'gemm' THEN _gemm_one() + 1 ELSE 1 END AS delta,
          NULL::BIGINT AS probe_id, 0 AS side
   FROM kernels WHERE kernel_class IN ('gemm', 'convolution', 'attention', 'compute') AND end_ns > start_ns
   UNION ALL
-  SELECT rank, end_ns, CASE WHEN kernel_class = 'gemm' THEN -4294967297 ELSE -1 END, NULL, 0
+  SELECT rank, end_ns, CASE WHEN kernel_class = 'gemm' THEN -(_gemm_one() + 1) ELSE -1 END, NULL, 0
   FROM kernels WHERE kernel_class IN ('gemm', 'convolution', 'attention', 'compute') AND end_ns > start_ns
   UNION ALL  -- probes: start (side -1) and end (side +1) of every communication kernel, delta 0
   SELECT rank, start_ns, 0, kernel_id, -1 FROM kernels WHERE kernel_class = 'communication'
@@ -36,9 +51,9 @@ WITH ev AS (
   FROM sorted_ev
 ), chg AS (
   SELECT rank, ts, probe_id, side,
-         ((c & 4294967295) > 0)::BIGINT AS comp_on, ((c >> 32) > 0)::BIGINT AS gemm_on,
-         ts * (((c - delta) & 4294967295 > 0)::BIGINT - ((c & 4294967295) > 0)::BIGINT) AS comp_x,
-         ts * ((((c - delta) >> 32) > 0)::BIGINT - ((c >> 32) > 0)::BIGINT) AS gemm_x
+         _computation_open(c)::BIGINT AS comp_on, _gemm_open(c)::BIGINT AS gemm_on,
+         ts * (_computation_open(c - delta)::BIGINT - _computation_open(c)::BIGINT) AS comp_x,
+         ts * (_gemm_open(c - delta)::BIGINT - _gemm_open(c)::BIGINT) AS gemm_x
   FROM cnt
 ), cov AS (
   -- covered(t) = union length before t = sum over earlier events of ts * (on before - on after) + t * (on now);

@@ -115,16 +115,37 @@ SELECT rank, off + CAST(ceil(ts_us) AS BIGINT) * 1000, off + CAST(floor(ts_us + 
        tie_id, mult
 FROM hta;
 
+-- @macro _class_counter_bits
+-- Width of one class's open-interval counter in the packed sweep sum: 12 bits, so up to 4095 concurrently open
+-- intervals of one class per rank; four classes (cls 0..3) fill bits 0-47 and the step counter sits above them.
+CREATE OR REPLACE MACRO _class_counter_bits() AS 12;
+
+-- @macro _class_one
+-- The packed delta that opens one interval of class cls (0 communication, 1 gemm, 2 compute, 3 memory).
+-- @param cls: Class index.
+CREATE OR REPLACE MACRO _class_one(cls) AS (CAST(1 AS BIGINT) << (_class_counter_bits() * cls));
+
+-- @macro _step_one
+-- The packed delta that opens a step window (the counter above the four class counters).
+CREATE OR REPLACE MACRO _step_one() AS (CAST(1 AS BIGINT) << (4 * _class_counter_bits()));
+
+-- @macro _class_open
+-- True when class cls has an open interval in the packed counter sum c.
+-- @param c: Packed counters (BIGINT).
+-- @param cls: Class index.
+CREATE OR REPLACE MACRO _class_open(c, cls) AS
+  ((c >> (_class_counter_bits() * cls)) & ((CAST(1 AS BIGINT) << _class_counter_bits()) - 1)) > 0;
+
 -- @macro _state_bits
 -- Decodes a packed class-counter sum into the state bit set: 1 communication, 2 gemm, 4 compute, 8 memory,
--- 16 inside a step (a bit is set when its 12-bit counter, or the step counter, is > 0).
+-- 16 inside a step (a bit is set when its counter is > 0).
 -- @param c: Packed counters (BIGINT).
 CREATE OR REPLACE MACRO _state_bits(c) AS
-  (CASE WHEN (c & 4095) > 0 THEN 1 ELSE 0 END)
-  + (CASE WHEN ((c >> 12) & 4095) > 0 THEN 2 ELSE 0 END)
-  + (CASE WHEN ((c >> 24) & 4095) > 0 THEN 4 ELSE 0 END)
-  + (CASE WHEN ((c >> 36) & 4095) > 0 THEN 8 ELSE 0 END)
-  + (CASE WHEN (c >> 48) > 0 THEN 16 ELSE 0 END);
+  (CASE WHEN _class_open(c, 0) THEN 1 ELSE 0 END)
+  + (CASE WHEN _class_open(c, 1) THEN 2 ELSE 0 END)
+  + (CASE WHEN _class_open(c, 2) THEN 4 ELSE 0 END)
+  + (CASE WHEN _class_open(c, 3) THEN 8 ELSE 0 END)
+  + (CASE WHEN c >= _step_one() THEN 16 ELSE 0 END);
 
 -- @macro _gpu_state_ns
 -- The sweep itself: time per rank (and per step) in each combination of running classes.
@@ -151,14 +172,14 @@ CREATE OR REPLACE MACRO _gpu_state_ns(compat := 'none') AS TABLE
 WITH iv AS (
   SELECT rank, start_ns, end_ns, cls, tie_id, mult FROM _gpu_intervals(compat := compat)
 ), ev AS (
-  SELECT rank, start_ns AS ts, 2 AS ord, CAST(1 AS BIGINT) << (12 * cls) AS delta, NULL::BIGINT AS step_ord
+  SELECT rank, start_ns AS ts, 2 AS ord, _class_one(cls) AS delta, NULL::BIGINT AS step_ord
   FROM iv WHERE end_ns >= start_ns
   UNION ALL
-  SELECT rank, end_ns, 2, -(CAST(1 AS BIGINT) << (12 * cls)), NULL FROM iv WHERE end_ns >= start_ns
+  SELECT rank, end_ns, 2, -_class_one(cls), NULL FROM iv WHERE end_ns >= start_ns
   UNION ALL
-  SELECT rank, step_start_ns, 3, CAST(1 AS BIGINT) << 48, step_ord FROM _steps() WHERE compat = 'none'
+  SELECT rank, step_start_ns, 3, _step_one(), step_ord FROM _steps() WHERE compat = 'none'
   UNION ALL
-  SELECT rank, step_end_ns, 0, -(CAST(1 AS BIGINT) << 48), NULL FROM _steps() WHERE compat = 'none'
+  SELECT rank, step_end_ns, 0, -_step_one(), NULL FROM _steps() WHERE compat = 'none'
 ), sw AS (
   SELECT rank, ts, ord, delta,
          sum(delta) OVER w AS cum,
