@@ -14,8 +14,9 @@ directories or globs; traces are ingested into a temporary in-memory database (:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -110,7 +111,7 @@ class Job:
     @classmethod
     def open(cls, source: str | Path | Sequence[str | Path] | None = None, *, write: bool = False,
              lock_timeout_s: float = 60.0, jobs: int | None = None,
-             on_file: Callable | None = None, progress: Callable | None = None) -> "Job":
+             on_file: Callable | None = None, progress: Callable | None = None) -> Job:
         """Open a job database, or ingest trace files / directories / globs into an in-memory one.
 
         ``source`` is a ``.duckdb`` path, or one or more trace paths. ``write=False`` (default) opens a database
@@ -131,9 +132,10 @@ class Job:
 
     @classmethod
     def ingest(cls, paths: Iterable[str | Path], db: str | Path | None = None, *, rank: int | None = None,
-               world_size: int | None = None, keep_going: bool = False, jobs: int | None = None, lock_timeout_s: float = 60.0,
+               world_size: int | None = None, keep_going: bool = False, jobs: int | None = None,
+               lock_timeout_s: float = 60.0,
                on_file: Callable | None = None, progress: Callable | None = None,
-               read_only: bool = False, read_extra: dict | None = None) -> "Job":
+               read_only: bool = False, read_extra: dict | None = None) -> Job:
         """Ingest traces into ``db`` (created if missing; ``None`` = in memory) and return the job.
 
         Files already in the database (same SHA-256) are skipped. ``job.results`` holds one FileResult per file.
@@ -142,7 +144,8 @@ class Job:
 
         con = connect(db, write=True, lock_timeout_s=lock_timeout_s) if db is not None else connect(None)
         try:
-            results = _ingest(con, [str(p) for p in paths], rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs,
+            results = _ingest(con, [str(p) for p in paths], rank=rank, world_size=world_size,
+                              keep_going=keep_going, jobs=jobs,
                               on_file=on_file, progress=progress, read_extra=read_extra)
             if read_only and db is None:
                 seal_read_only(con)  # a one-off job on traces reads like a database opened read-only
@@ -154,7 +157,7 @@ class Job:
     def close(self) -> None:
         self.con.close()
 
-    def __enter__(self) -> "Job":
+    def __enter__(self) -> Job:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -190,7 +193,8 @@ class Job:
                 kind = st.type.name
                 if kind not in _READ_ONLY_TYPES and not (kind == "CREATE" and _TEMP_CREATE.match(st.query)):
                     raise InputError(f"refusing a {kind} statement: the database is opened read-only",
-                                     hint="open it for writing to change it (or use CREATE TEMP ... for scratch objects)")
+                                     hint="open it for writing to change it "
+                                          "(or use CREATE TEMP ... for scratch objects)")
         settle(self.con)
         for i, st in enumerate(statements):
             last = i == len(statements) - 1

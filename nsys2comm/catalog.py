@@ -145,7 +145,8 @@ def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:
                     tgt, key = last
                     tgt[key] = (tgt[key] + " " + text).strip()
                 else:
-                    current.description = (current.description + "\n" + text).strip() if text else current.description + "\n"
+                    current.description = ((current.description + "\n" + text).strip() if text
+                                           else current.description + "\n")
             continue
         in_doc = False
         body.append(line)

@@ -359,7 +359,8 @@ def format_summary(s: dict) -> str:
     lines.append(f"overlap with compute: {_p(s['overlap_pct'])} of communication time")
     worst = (f"; worst rank {s['worst_rank']}: {_p(s['worst_rank_exposed_comm_pct'])}"
              if s.get("worst_rank") is not None else "")
-    lines.append(f"exposed communication: {_ms(s['exposed_comm_ns'])} = {_p(s['exposed_comm_pct'])} of GPU-busy time{worst}")
+    lines.append(f"exposed communication: {_ms(s['exposed_comm_ns'])} = {_p(s['exposed_comm_pct'])} "
+                 f"of GPU-busy time{worst}")
     w = s.get("worst_collective")
     if w:
         bw = f", bus bandwidth {w['busbw_gbps']:.2f} GB/s" if isinstance(w.get("busbw_gbps"), (int, float)) else ""

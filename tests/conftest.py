@@ -30,3 +30,37 @@ def reference_values(shared_traces: Path) -> dict:
     import orjson
 
     return orjson.loads((shared_traces / "kineto" / "reference-values.json").read_bytes())
+
+
+# Test tiers (pytest markers, registered in pyproject.toml). CI runs every tier; the inner loop runs
+#   python -m pytest -m "not slow and not subprocess and not browser"     (a few minutes on 2 cores)
+# A test is 'browser' when it drives headless Chromium, 'subprocess' when it starts nsys2comm or Python processes,
+# 'slow' when it is a property test or a benchmark of more than ~10 s; everything else is 'fast'.
+_SLOW = {"test_cache_property.py", "test_benchmark_smoke.py",
+         "test_nsys_pytorch_nvtx.py::test_group_depth_matches_brute_force",
+         "test_analyses.py::test_sweep_property", "test_latency.py::test_theil_sen_vs_brute_force",
+         "test_kernel_names.py::test_sql_matches_oracle_on_generated_signatures"}
+_SUBPROCESS = {"test_api_scripts.py", "test_signals.py", "test_readonly.py", "test_cache.py",
+               "test_benchmark_smoke.py"}
+_BROWSER = {"test_report.py::test_report_renders_in_chromium", "test_report.py::test_hostile_names_show_as_text"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        file = Path(str(item.fspath)).name
+        keys = {file, f"{file}::{item.originalname}"}
+        tiers = [name for name, group in (("slow", _SLOW), ("subprocess", _SUBPROCESS), ("browser", _BROWSER))
+                 if keys & group]
+        if "subprocess" not in tiers and "subprocess.run" in _source(item):
+            tiers.append("subprocess")
+        for t in tiers or ["fast"]:
+            item.add_marker(getattr(pytest.mark, t))
+
+
+def _source(item) -> str:
+    import inspect
+
+    try:
+        return inspect.getsource(item.function)
+    except (OSError, TypeError):
+        return ""

@@ -7,12 +7,11 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Iterable
 
-import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from ..errors import InputError
@@ -76,7 +75,8 @@ def detect(path: Path):
         raise InputError("is an Nsight Systems report, not an SQLite export", path=str(path),
                          hint=f"convert it: nsys export --type sqlite --include-blobs=true {path}")
     if not head:
-        raise InputError("is empty", path=str(path), hint="give a Kineto trace (.json/.json.gz) or an nsys SQLite export")
+        raise InputError("is empty", path=str(path),
+                         hint="give a Kineto trace (.json/.json.gz) or an nsys SQLite export")
     for mod in _importers().values():
         if mod.sniff(path, head):
             return mod
@@ -122,7 +122,7 @@ def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str
         con.execute(
             "INSERT INTO files (file_id, path, sha256, size_bytes, source, ingested_at) VALUES (?, ?, ?, ?, ?, ?)",
             [file_id, str(path.resolve()), sha, path.stat().st_size, mod.SOURCE,
-             datetime.now(timezone.utc).replace(tzinfo=None)])
+             datetime.now(UTC).replace(tzinfo=None)])
         for batch in batches:
             insert_batch(con, file_id, batch)
             if progress:
@@ -149,13 +149,7 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
     """
     files = expand_paths(paths)
     remove_stale_spools()
-    if rank is not None and len(files) > 1:
-        raise InputError("--rank applies to a single trace file", hint="ingest files one at a time to set their ranks")
-    if world_size is not None and not 0 < world_size < 2**31:
-        raise InputError(f"--world-size {world_size} is not a world size", hint="give the number of ranks in the job (1 to 2^31-1)")
-    if rank is not None and not 0 <= rank < 2**31:
-        raise InputError(f"--rank {rank} is not a rank", hint="give a rank from 0 to 2^31-1")
-    options = ReadOptions(rank=rank, world_size=world_size, extra=dict(read_extra or {}))
+    options = _read_options(rank, world_size, read_extra, len(files))
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     results: list[FileResult] = []
 
@@ -177,21 +171,7 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
             raise err
         done(FileResult(str(path), "failed", line))
 
-    # identity and format first: cheap, and lets bad files fail before any parsing work
-    todo: list[tuple[Path, str, object]] = []
-    for path in files:
-        try:
-            mod = detect(path)
-            sha = sha256_of(path)
-        except Exception as err:  # noqa: BLE001 - reported per file
-            fail(path, err)
-            continue
-        prior = con.execute("SELECT file_id FROM files WHERE sha256 = ?", [sha]).fetchone()
-        if prior or any(t[1] == sha for t in todo):
-            fid = prior[0] if prior else None
-            done(FileResult(str(path), "skipped", "already ingested" + (f" as file {fid}" if fid else " (duplicate)"), fid))
-            continue
-        todo.append((path, sha, mod))
+    todo = _identify(con, files, done, fail)
 
     def record(path: Path, fid: int) -> None:
         ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank", [fid]).fetchall()]
@@ -214,6 +194,38 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
     return results
 
 
+def _read_options(rank: int | None, world_size: int | None, extra: dict | None, n_files: int) -> ReadOptions:
+    if rank is not None and n_files > 1:
+        raise InputError("--rank applies to a single trace file", hint="ingest files one at a time to set their ranks")
+    if world_size is not None and not 0 < world_size < 2**31:
+        raise InputError(f"--world-size {world_size} is not a world size",
+                         hint="give the number of ranks in the job (1 to 2^31-1)")
+    if rank is not None and not 0 <= rank < 2**31:
+        raise InputError(f"--rank {rank} is not a rank", hint="give a rank from 0 to 2^31-1")
+    return ReadOptions(rank=rank, world_size=world_size, extra=dict(extra or {}))
+
+
+def _identify(con, files: list[Path], done, fail) -> list[tuple[Path, str, object]]:
+    """Format and identity first (cheap, and bad files fail before any parsing work); files already in the job,
+    or given twice, are skipped. Returns (path, sha256, importer) of the files to read."""
+    todo: list[tuple[Path, str, object]] = []
+    for path in files:
+        try:
+            mod = detect(path)
+            sha = sha256_of(path)
+        except Exception as err:  # noqa: BLE001 - reported per file
+            fail(path, err)
+            continue
+        prior = con.execute("SELECT file_id FROM files WHERE sha256 = ?", [sha]).fetchone()
+        if prior or any(t[1] == sha for t in todo):
+            fid = prior[0] if prior else None
+            why = "already ingested" + (f" as file {fid}" if fid else " (duplicate)")
+            done(FileResult(str(path), "skipped", why, fid))
+            continue
+        todo.append((path, sha, mod))
+    return todo
+
+
 def _write_all(con, todo, options, jobs, record, fail, progress) -> None:
     if jobs == 1 or len(todo) <= 1:
         for path, sha, mod in todo:
@@ -228,11 +240,11 @@ def _write_all(con, todo, options, jobs, record, fail, progress) -> None:
     try:
         pool = process_pool(jobs)
         futures = []
-        for i, (path, sha, mod) in enumerate(todo):
+        for i, (path, _sha, _mod) in enumerate(todo):
             d = os.path.join(tmp, str(i))
             os.makedirs(d)
             futures.append(pool.submit(_spool, str(path), options, d))
-        for (path, sha, mod), fut in zip(todo, futures):  # input order: deterministic file ids
+        for (path, sha, _mod), fut in zip(todo, futures, strict=True):  # input order: deterministic file ids
             try:
                 spooled = fut.result()
                 record(path, _write_file(con, path, sha, mod, _replay(spooled), progress))

@@ -22,8 +22,9 @@ A JSON without a traceEvents array is an InputError; a trace with no GPU kernels
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import msgspec
 import orjson
@@ -57,10 +58,9 @@ def sniff(path, head: bytes) -> bool:
     if head[:2] == b"\x1f\x8b":
         head = _peek_decompressed(Path(path))
     s = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if not s.startswith((b"{", b"[")):  # '[': Chrome trace JSON array format
-        return False
-    # JSON object start: ours (traceEvents may come later in the file; the reader says so if it never does)
-    return True
+    # a JSON object ('{': traceEvents may come later; the reader says so if it never does) or the Chrome trace
+    # JSON array format ('[')
+    return s.startswith((b"{", b"["))
 
 
 # ---------------------------------------------------------------------------------------------- rank
@@ -130,7 +130,7 @@ def _comm_library_version(dist: dict, rocm: bool) -> str | None:
 # ---------------------------------------------------------------------------------------------- read
 
 
-def _process(events, rank: int) -> tuple[dict[str, pa.Table], "_State"]:
+def _process(events, rank: int) -> tuple[dict[str, pa.Table], _State]:
     st = _State(rank)
     st.invalid_utf8 = getattr(events, "invalid_utf8", False)
     st.add_events(events)
@@ -169,7 +169,7 @@ class _Totals:
     def __init__(self, rank: int):
         self.st = _State(rank)
 
-    def merge(self, tables: dict[str, pa.Table], st: "_State") -> Iterator[Batch]:
+    def merge(self, tables: dict[str, pa.Table], st: _State) -> Iterator[Batch]:
         import pyarrow.compute as pc
 
         from .base import ID_COLUMNS
@@ -180,11 +180,13 @@ class _Totals:
             off = tot.next_id[table]
             if off:
                 idc = ID_COLUMNS[table]
-                data = data.set_column(data.schema.get_field_index(idc), idc, pc.add(data[idc], pa.scalar(off, pa.int64())))
+                shifted = pc.add(data[idc], pa.scalar(off, pa.int64()))
+                data = data.set_column(data.schema.get_field_index(idc), idc, shifted)
             if table == "cpu_ranges" and koff:
                 staged = pc.equal(data["kind"], "_kernel_args")
                 data = data.set_column(data.schema.get_field_index("tid"), "tid",
-                                       pc.if_else(staged, pc.add(data["tid"], pa.scalar(koff, pa.int64())), data["tid"]))
+                                       pc.if_else(staged, pc.add(data["tid"], pa.scalar(koff, pa.int64())),
+                                                  data["tid"]))
             yield Batch(table, data)
         for t in tot.next_id:
             tot.next_id[t] += st.next_id[t]
@@ -200,11 +202,60 @@ class _Totals:
             tot.min_ts = st.min_ts
 
 
+class _Pieces:
+    """Decodes raw pieces in file order: speculatively in a process pool while every cut proves to sit at the top
+    level, then (from the first cut that does not) sequentially, with validated cuts."""
+
+    def __init__(self, path: Path, rank: int, limits, totals: _Totals, pool, nworkers: int):
+        self.path, self.rank, self.limits, self.totals = path, rank, limits, totals
+        self.pool, self.nworkers = pool, nworkers
+        self.parallel = pool is not None
+        self.pending = b""  # sequential mode: bytes not yet cut at a validated boundary
+        self.inflight: deque = deque()
+
+    def add(self, piece: bytes) -> Iterator[Batch]:
+        if not self.parallel:
+            yield from self._sequential(piece)
+            return
+        self.inflight.append((piece, self.pool.submit(_work, piece, self.rank)))
+        yield from self._drain(keep=self.nworkers)
+
+    def finish(self) -> Iterator[Batch]:
+        yield from self._drain(keep=0)
+
+    def _drain(self, keep: int) -> Iterator[Batch]:
+        while len(self.inflight) > keep:
+            piece, fut = self.inflight.popleft()
+            res = fut.result()
+            if res is None:  # a cut inside a string or nested object: go sequential from here on
+                self.parallel = False
+                rest = [piece] + [p for p, _ in self.inflight]
+                for _, f in self.inflight:
+                    f.cancel()
+                self.inflight.clear()
+                for p in rest:
+                    yield from self._sequential(p)
+                return
+            yield from self.totals.merge(*res)
+
+    def _sequential(self, piece: bytes) -> Iterator[Batch]:
+        from .kineto_stream import split_validated
+
+        if not self.pending:
+            res = _work(piece, self.rank)
+            if res is not None:
+                yield from self.totals.merge(*res)
+                return
+        self.pending = self.pending + piece if self.pending else piece
+        cut, events = split_validated(self.pending, self.path, decode_events, self.limits.max_event_bytes)
+        if cut > 0:
+            self.pending = self.pending[cut:]
+            yield from self.totals.merge(*_process(events, self.rank))
+
+
 def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Iterator[Batch]:
     """Stream the event array: parallel speculative decoding of raw pieces, sequential validated fallback."""
-    from collections import deque
-
-    from .kineto_stream import Limits, finish, iter_raw, split_validated
+    from .kineto_stream import Limits, finish, iter_raw
 
     limits = Limits.from_options(options)
     src = iter_raw(path, block, limits)
@@ -214,64 +265,22 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     totals = _Totals(rank)
     out["totals"] = totals
     nworkers = _workers(path, options)
-    pending = b""  # sequential mode: bytes not yet cut at a validated boundary
     tail = b""
     pool = None
-    inflight: deque = deque()
-
-    def sequential(piece: bytes) -> Iterator[Batch]:
-        nonlocal pending
-        if not pending:
-            res = _work(piece, rank)
-            if res is not None:
-                yield from totals.merge(*res)
-                return
-        pending = pending + piece if pending else piece
-        cut, events = split_validated(pending, path, decode_events, limits.max_event_bytes)
-        if cut > 0:
-            pending = pending[cut:]
-            yield from totals.merge(*_process(events, rank))
-
     try:
         if nworkers > 0:
             pool = process_pool(nworkers)
-        parallel = pool is not None
+        pieces = _Pieces(path, rank, limits, totals, pool, nworkers)
         for what, piece in src:
             if what == "tail":
                 tail = piece
                 break
-            if not parallel:
-                yield from sequential(piece)
-                continue
-            inflight.append((piece, pool.submit(_work, piece, rank)))
-            while len(inflight) > nworkers:
-                p0, fut = inflight.popleft()
-                res = fut.result()
-                if res is None:  # a cut inside a string or nested object: go sequential from here on
-                    parallel = False
-                    rest = [p0] + [p for p, f in inflight]
-                    for _, f in inflight:
-                        f.cancel()
-                    inflight.clear()
-                    for p in rest:
-                        yield from sequential(p)
-                    break
-                yield from totals.merge(*res)
-        while inflight:
-            p0, fut = inflight.popleft()
-            res = fut.result() if parallel else None
-            if res is None:
-                parallel = False
-                yield from sequential(p0)
-                for p, f in inflight:
-                    f.cancel()
-                    yield from sequential(p)
-                inflight.clear()
-                break
-            yield from totals.merge(*res)
+            yield from pieces.add(piece)
+        yield from pieces.finish()
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+    pending = pieces.pending
     events, trailer, out["invalid_utf8"] = finish(pending + tail if pending else tail, path)
     out["trailer"] = trailer
     if events:
@@ -305,27 +314,31 @@ def _read(path: Path, options: ReadOptions, block: int) -> Iterator[Batch]:
     state = out["totals"].st
     dist = _dist_info(header, trailer)
     ranks = _resolve_rank(path, options, dist)  # the final word (distributedInfo may be in the trailer)
-    rank, rank_source, world = ranks.ranks[0], ranks.source, ranks.world_sizes[0]
+    rank = ranks.ranks[0]
     base = _base_time_ns(header, trailer)
-    notes = []
-    if state.n_negative_dur:
-        notes.append(("warning", "negative_dur", f"{state.n_negative_dur} events with a negative dur were dropped "
-                      "(they place no interval on the timeline)"))
-    if out.get("invalid_utf8") or state.invalid_utf8:
-        notes.append(("warning", "invalid_utf8", "the trace holds bytes that are not UTF-8: they were read as U+FFFD "
-                      "(names that hold them may not match other ranks)"))
-    if base is None:
-        base = 0
-        if state.min_ts is not None and state.min_ts < 1e14:  # < 1973 as epoch µs: relative ts without a base
-            notes.append(("warning", "relative_ts_no_base",
-                          "timestamps are relative but the trace has no baseTimeNanoseconds; times are not on the "
-                          "Unix epoch, so this rank cannot be aligned with others"))
-        clock_rule = "kineto: ns = round(ts_us * 1000) (ts are epoch µs; no baseTimeNanoseconds)"
-    else:
-        clock_rule = "kineto: ns = baseTimeNanoseconds + round(ts_us * 1000)"
-    markers = []
-    if base:
-        markers.append("baseTimeNanoseconds")
+    yield _files_batch(header, trailer, dist, state, base)
+    groups = _process_groups(dist)
+    if groups:
+        yield Batch("process_groups", pa.Table.from_pylist(
+            [dict(g, rank=rank) for g in groups], schema=PROCESS_GROUPS_SCHEMA))
+    yield Batch("ranks", pa.table({
+        "rank": pa.array([rank], pa.int32()), "pid": pa.array([state.first_cpu_pid], pa.int64()),
+        "host": pa.array([None], pa.string()), "world_size": pa.array([ranks.world_sizes[0]], pa.int32()),
+        "rank_source": pa.array([ranks.source], pa.string())}))
+    if state.devices:
+        yield _devices_batch(header, trailer, state, rank)
+    notes = _notes(state, ranks, base, invalid_utf8=out.get("invalid_utf8") or state.invalid_utf8)
+    if notes:
+        yield Batch("ingest_notes", pa.table({
+            "rank": pa.array([rank] * len(notes), pa.int32()),
+            "severity": pa.array([n[0] for n in notes], pa.string()),
+            "code": pa.array([n[1] for n in notes], pa.string()),
+            "message": pa.array([n[2] for n in notes], pa.string())}))
+
+
+def _producer_markers(header: dict, trailer: dict, dist: dict, state: _State, base: int | None) -> list[str]:
+    """What dates the trace (files.producer): time format, era flags, distributedInfo fields, library versions."""
+    markers = ["baseTimeNanoseconds"] if base else []
     if state.float_ts:
         markers.append("fractional ts")
     elif state.int_ts:
@@ -338,56 +351,68 @@ def _read(path: Path, options: ReadOptions, block: int) -> Iterator[Batch]:
     for k in ("cupti_version", "cuda_runtime_version", "cuda_driver_version", "roctracer_version"):
         if k in header or k in trailer:
             markers.append(f"{k} {header.get(k, trailer.get(k))}")
+    return markers
+
+
+def _files_batch(header: dict, trailer: dict, dist: dict, state: _State, base: int | None) -> Batch:
+    clock_rule = ("kineto: ns = round(ts_us * 1000) (ts are epoch µs; no baseTimeNanoseconds)" if base is None
+                  else "kineto: ns = baseTimeNanoseconds + round(ts_us * 1000)")
     sv = header.get("schemaVersion", trailer.get("schemaVersion"))
-    yield Batch("files", pa.table({
-        "comm_library_version": pa.array([_comm_library_version(
-            dist, rocm=any(k in header or k in trailer for k in ("roctracer_version", "hip_runtime_version")))],
-            pa.string()),
+    rocm = any(k in header or k in trailer for k in ("roctracer_version", "hip_runtime_version"))
+    return Batch("files", pa.table({
+        "comm_library_version": pa.array([_comm_library_version(dist, rocm=rocm)], pa.string()),
         "format_version": pa.array([f"schemaVersion {sv}" if sv is not None else None], pa.string()),
-        "producer": pa.array([", ".join(markers) or None], pa.string()),
+        "producer": pa.array([", ".join(_producer_markers(header, trailer, dist, state, base)) or None], pa.string()),
         "host": pa.array([None], pa.string()),
         "clock_rule": pa.array([clock_rule], pa.string()),
-        "clock_offset_ns": pa.array([base], pa.int64()),
+        "clock_offset_ns": pa.array([base or 0], pa.int64()),
     }))
-    if ranks.world_from_cli:
-        notes.append(("info", "world_size_from_cli", f"world size {world} given with --world-size"))
-    groups = _process_groups(dist)
-    if groups:
-        yield Batch("process_groups", pa.Table.from_pylist(
-            [dict(g, rank=rank) for g in groups], schema=PROCESS_GROUPS_SCHEMA))
-    yield Batch("ranks", pa.table({
-        "rank": pa.array([rank], pa.int32()), "pid": pa.array([state.first_cpu_pid], pa.int64()),
-        "host": pa.array([None], pa.string()), "world_size": pa.array([world], pa.int32()),
-        "rank_source": pa.array([rank_source], pa.string())}))
+
+
+def _devices_batch(header: dict, trailer: dict, state: _State, rank: int) -> Batch:
     props = {}
     for p in header.get("deviceProperties") or trailer.get("deviceProperties") or []:
         if isinstance(p, dict) and _to_int(p.get("id")) is not None:
             props[_to_int(p.get("id"))] = p
     devs = sorted(state.devices)
-    if devs:
-        yield Batch("devices", pa.table({
-            "rank": pa.array([rank] * len(devs), pa.int32()),
-            "device_id": pa.array(devs, pa.int32()),
-            "name": pa.array([_to_str(props.get(d, {}).get("name")) for d in devs], pa.string()),
-            "sm_count": pa.array([_to_int(props.get(d, {}).get("numSms")) for d in devs], pa.int32()),
-            "total_memory_bytes": pa.array([_to_int(props.get(d, {}).get("totalGlobalMem")) for d in devs], pa.int64()),
-        }))
-    if rank_source == "file_name":
+
+    def prop(key: str, conv) -> list:
+        return [conv(props.get(d, {}).get(key)) for d in devs]
+
+    return Batch("devices", pa.table({
+        "rank": pa.array([rank] * len(devs), pa.int32()),
+        "device_id": pa.array(devs, pa.int32()),
+        "name": pa.array(prop("name", _to_str), pa.string()),
+        "sm_count": pa.array(prop("numSms", _to_int), pa.int32()),
+        "total_memory_bytes": pa.array(prop("totalGlobalMem", _to_int), pa.int64()),
+    }))
+
+
+def _notes(state: _State, ranks: Ranks, base: int | None, *, invalid_utf8: bool) -> list[tuple[str, str, str]]:
+    """(severity, code, message) of what the reader noticed about this file."""
+    rank, source, world = ranks.ranks[0], ranks.source, ranks.world_sizes[0]
+    notes = []
+    if state.n_negative_dur:
+        notes.append(("warning", "negative_dur", f"{state.n_negative_dur} events with a negative dur were dropped "
+                      "(they place no interval on the timeline)"))
+    if invalid_utf8:
+        notes.append(("warning", "invalid_utf8", "the trace holds bytes that are not UTF-8: they were read as U+FFFD "
+                      "(names that hold them may not match other ranks)"))
+    if base is None and state.min_ts is not None and state.min_ts < 1e14:  # < 1973 as epoch µs: relative ts
+        notes.append(("warning", "relative_ts_no_base",
+                      "timestamps are relative but the trace has no baseTimeNanoseconds; times are not on the "
+                      "Unix epoch, so this rank cannot be aligned with others"))
+    if ranks.world_from_cli:
+        notes.append(("info", "world_size_from_cli", f"world size {world} given with --world-size"))
+    if source == "file_name":
         notes.append(("warning", "no_rank_info", f"the trace has no distributedInfo; rank {rank} was taken from the "
                       "file name (initialise the process group before profiling, or pass --rank)"))
-    elif rank_source == "process_order":
+    elif source == "process_order":
         notes.append(("warning", "no_rank_info", "the trace has no distributedInfo and its file name holds no rank; "
                       "assumed rank 0 (pass --rank, or initialise the process group before profiling)"))
-    if world is None and rank_source != "cli":
+    if world is None and source != "cli":
         notes.append(("info", "no_world_size", "the trace does not record the world size (distributedInfo.world_size)"))
     if state.next_id["kernels"] == 0:
         notes.append(("warning", "no_gpu_kernels", "the trace has no GPU kernels: profile with "
                       "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"))
-    if notes:
-        yield Batch("ingest_notes", pa.table({
-            "rank": pa.array([rank] * len(notes), pa.int32()),
-            "severity": pa.array([n[0] for n in notes], pa.string()),
-            "code": pa.array([n[1] for n in notes], pa.string()),
-            "message": pa.array([n[2] for n in notes], pa.string())}))
-
-
+    return notes

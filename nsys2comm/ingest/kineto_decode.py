@@ -14,7 +14,6 @@ from decimal import Decimal
 import msgspec
 import orjson
 
-
 _NULL = msgspec.Raw(b"null")
 
 
@@ -54,7 +53,7 @@ _ARG_ALIASES = {"external_id_v1": "external_id",  # ≈1.8-1.9 traces
                 "pg_id": "pg_name"}  # PyTorch 2.2 'Process Group ID', later 'Process Group Name'
 
 
-def _canonical_args(a: "Args") -> "Args":
+def _canonical_args(a: Args) -> Args:
     fix = {}
     for old, new in _ARG_ALIASES.items():
         v = getattr(a, old)

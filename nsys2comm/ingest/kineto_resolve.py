@@ -10,7 +10,6 @@ import duckdb
 from ..errors import InputError
 from .kineto_decode import HINT_BAD_VALUE
 
-
 _TABLES = ("kernels", "mem_ops", "api_calls", "cpu_ranges")
 
 def _collectives_without_kernels(con, fid: int) -> int:
@@ -28,25 +27,35 @@ def _collectives_without_kernels(con, fid: int) -> int:
 
 def finalize(con, file_id: int) -> None:
     fid = int(file_id)
-    off, path = con.execute("SELECT coalesce(clock_offset_ns, 0), path FROM files WHERE file_id = ?", [fid]).fetchone()
     rank, = con.execute("SELECT rank FROM ranks WHERE file_id = ? LIMIT 1", [fid]).fetchone()
-    for t in _TABLES:
+    _place_on_job_timeline(con, fid, rank)
+    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _kineto_comm_ops(?)", [fid])
+    for sev, code, msg in _comm_notes(con, fid):
+        con.execute("INSERT INTO ingest_notes VALUES (?, ?, ?, ?, ?)", [fid, rank, sev, code, msg])
+    con.execute(f"DELETE FROM cpu_ranges WHERE file_id = {fid} AND kind = '_kernel_args'")
+
+
+def _place_on_job_timeline(con, fid: int, rank: int) -> None:
+    """Add baseTimeNanoseconds to the file's times, and give its rows the rank read from the trailer."""
+    off, path = con.execute("SELECT coalesce(clock_offset_ns, 0), path FROM files WHERE file_id = ?", [fid]).fetchone()
+    for t in _TABLES + ("devices",):
         sets = []
-        if off:
+        if off and t != "devices":
             sets.append(f"start_ns = start_ns + {int(off)}, end_ns = end_ns + {int(off)}")
-        stale = con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {t} WHERE file_id = {fid} AND rank <> {rank} LIMIT 1)").fetchone()[0]
+        stale = con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {t} WHERE file_id = {fid} AND rank <> {rank} "
+                            "LIMIT 1)").fetchone()[0]
         if stale:
             sets.append(f"rank = {rank}")
-        if sets:
-            try:
-                con.execute(f"UPDATE {t} SET {', '.join(sets)} WHERE file_id = {fid}")
-            except duckdb.OutOfRangeException:
-                raise InputError(f"has timestamps that overflow int64 nanoseconds once baseTimeNanoseconds ({off}) "
-                                 "is added", path=path, hint=HINT_BAD_VALUE) from None
-    if con.execute(f"SELECT count(*) FROM (SELECT 1 FROM devices WHERE file_id = {fid} AND rank <> {rank} LIMIT 1)").fetchone()[0]:
-        con.execute(f"UPDATE devices SET rank = {rank} WHERE file_id = {fid}")
+        if not sets:
+            continue
+        try:
+            con.execute(f"UPDATE {t} SET {', '.join(sets)} WHERE file_id = {fid}")
+        except duckdb.OutOfRangeException:
+            raise InputError(f"has timestamps that overflow int64 nanoseconds once baseTimeNanoseconds ({off}) "
+                             "is added", path=path, hint=HINT_BAD_VALUE) from None
 
-    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _kineto_comm_ops(?)", [fid])
+
+def _comm_notes(con, fid: int) -> list[tuple[str, str, str]]:
     n_comm, n_nosize, n_unknown, n_kargs, n_assumed = con.execute(f"""
       SELECT count(*), count(*) FILTER (WHERE msg_bytes IS NULL), count(*) FILTER (WHERE collective = 'unknown'),
              count(*) FILTER (WHERE collective_source = 'kernel_args'),
@@ -73,6 +82,4 @@ def finalize(con, file_id: int) -> None:
         notes.append(("info", "no_collective_args",
                       "communication kernels carry no collective args (PyTorch < 2.2): collectives were found "
                       "through their launches"))
-    for sev, code, msg in notes:
-        con.execute("INSERT INTO ingest_notes VALUES (?, ?, ?, ?, ?)", [fid, rank, sev, code, msg])
-    con.execute(f"DELETE FROM cpu_ranges WHERE file_id = {fid} AND kind = '_kernel_args'")
+    return notes

@@ -7,13 +7,12 @@ The hot loop keeps only what the schema needs; communication kernels' args are s
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 
 from .base import Batch
 from .kineto_decode import _EMPTY_ARGS, _NULL, Args, BadValue, Event, _canonical_args, _encode
-
 
 _KIND = {
     "kernel": 1, "Kernel": 1,
@@ -133,7 +132,7 @@ class _State:
         for table, rows in self.rows.items():
             if rows:
                 schema = SCHEMAS[table]
-                arrays = [_column(col, f, table) for col, f in zip(zip(*rows), schema)]
+                arrays = [_column(col, f, table) for col, f in zip(zip(*rows, strict=False), schema, strict=False)]
                 rows.clear()
                 yield Batch(table, pa.Table.from_arrays(arrays, schema=schema))
 
@@ -205,7 +204,8 @@ class _State:
                     devices.add(dev)
                     is_comm = comm_cache.get(name)
                     if is_comm is None:
-                        is_comm = comm_cache[name] = bool(_COMM_KERNEL_RE.search(name[5:] if name.startswith("void ") else name))
+                        bare = name[5:] if name.startswith("void ") else name
+                        is_comm = comm_cache[name] = bool(_COMM_KERNEL_RE.search(bare))
                     if is_comm or a.coll is not None:
                         self._stage_kernel_args(nk, e, a, start, end, dev)
                     nk += 1
@@ -252,7 +252,8 @@ class _State:
                     rid = nid["cpu_ranges"]
                     nid["cpu_ranges"] = rid + 1
                     pid = _int_or_none(e.pid)
-                    C((rid, rank, pid, _int_or_none(e.tid), start, end, name, ckind, pid if kind == 7 else None, args_json))
+                    C((rid, rank, pid, _int_or_none(e.tid), start, end, name, ckind, pid if kind == 7 else None,
+                       args_json))
                     if kind != 7 and self.first_cpu_pid is None and pid is not None:
                         self.first_cpu_pid = pid
         except (ValueError, OverflowError, TypeError) as err:  # e is the event that broke it

@@ -16,10 +16,11 @@ import gzip
 import json
 import re
 import zlib
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Iterator
 
 import msgspec
 
@@ -60,7 +61,7 @@ class Limits:
     max_event_bytes: int = MAX_EVENT_BYTES
 
     @classmethod
-    def from_options(cls, options) -> "Limits":
+    def from_options(cls, options) -> Limits:
         extra = getattr(options, "extra", None) or {}
         dec, ev = extra.get("max_decompressed_bytes"), extra.get("max_event_bytes")
         return cls(None if dec is None else int(dec), MAX_EVENT_BYTES if ev is None else int(ev))
@@ -130,7 +131,8 @@ def _parse_trailer(rest: bytes, path: Path) -> dict:
         if s.rstrip().endswith(b"}"):
             raise InputError("has malformed JSON after the traceEvents array", path=str(path),
                              hint="the trace file is damaged; re-export it") from None
-        raise InputError("is truncated JSON (ends after the event array)", path=str(path), hint=HINT_TRUNCATED) from None
+        raise InputError("is truncated JSON (ends after the event array)", path=str(path),
+                         hint=HINT_TRUNCATED) from None
     return obj if isinstance(obj, dict) else {}
 
 
@@ -185,7 +187,8 @@ def _finish(buf: bytes, path: Path) -> tuple[list, dict, bool]:
         while i < n and text[i] in ws:
             i += 1
         if i >= n:
-            raise InputError("is truncated JSON (the traceEvents array never ends)", path=str(path), hint=HINT_TRUNCATED)
+            raise InputError("is truncated JSON (the traceEvents array never ends)", path=str(path),
+                             hint=HINT_TRUNCATED)
         if text[i] == "]":
             return events, _parse_trailer(text[i + 1:].encode(), path), replaced
         if text[i] == "," and events:
@@ -246,9 +249,8 @@ def _last_cut(chunk: bytes, state: int) -> tuple[int, int]:
     width = 1 << 16
     while True:
         lo = max(0, n - width)
-        last = None
-        for last in _CANDIDATE.finditer(chunk, lo):
-            pass
+        found = deque(_CANDIDATE.finditer(chunk, lo), maxlen=1)  # the last candidate cut
+        last = found[0] if found else None
         if last is not None:
             cut = last.end() - 1
             break
@@ -274,9 +276,9 @@ def _last_cut(chunk: bytes, state: int) -> tuple[int, int]:
 class _Source:
     """The decompressed byte stream of a trace, refused past the decompressed-size limit (see :class:`Limits`)."""
 
-    def __init__(self, path: Path, limits: "Limits"):
+    def __init__(self, path: Path, limits: Limits):
         self.path = path
-        self.raw = open(path, "rb")
+        self.raw = open(path, "rb")  # noqa: SIM115 - held for the stream's life; closed by close()
         self.gzip = self.raw.read(2) == b"\x1f\x8b"
         self.raw.seek(0)
         self.f = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzip else self.raw
@@ -298,7 +300,7 @@ class _Source:
         self.raw.close()
 
 
-def iter_raw(path: Path, block: int = BLOCK, limits: "Limits | None" = None) -> Iterator[tuple[str, object]]:
+def iter_raw(path: Path, block: int = BLOCK, limits: Limits | None = None) -> Iterator[tuple[str, object]]:
     """Yield ("header", dict), then ("raw", piece) byte slices of the event array cut at *unvalidated* candidate
     boundaries (each piece ends just before an event's '{', separator included, so pieces concatenate back to
     the original bytes), then ("tail", bytes): the rest (the last events, ']' and the trailer).

@@ -51,18 +51,18 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
-from .ranks import resolve_ranks
-from .base import Batch, ReadOptions
 from . import nsys_values as values
+from .base import Batch, ReadOptions
 from .nvtx_payload import PayloadDecoder
+from .ranks import resolve_ranks
 
 SOURCE = "nsys"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -276,7 +276,7 @@ def _assign_ranks(path: Path, procs: dict[int, set[int]], init: dict[int, tuple[
     complete = all(got)
     res = resolve_ranks(path.name, options, [r[0] if complete else None for r in got], "nccl_comm_init",
                         [r[1] if complete else None for r in got])
-    return dict(zip(order, res.ranks)), res.source, dict(zip(order, res.world_sizes))
+    return dict(zip(order, res.ranks, strict=False)), res.source, dict(zip(order, res.world_sizes, strict=False))
 
 
 def read(path, options: ReadOptions | None = None) -> Iterator[Batch]:
@@ -353,7 +353,7 @@ def _devices(ex: _Export, procs: dict[int, set[int]], rank_of: dict[int, int]) -
         for dev in sorted(procs[g]):
             name, sms, mem = info.get(dev, (None, None, None))
             rows.append((rank_of[g], dev, name, sms if sms is not None else cuda.get((pid, dev)), mem))
-    cols = list(zip(*rows)) if rows else [[]] * 5
+    cols = list(zip(*rows, strict=False)) if rows else [[]] * 5
     return Batch("devices", pa.table({
         "rank": pa.array(cols[0], pa.int32()), "device_id": pa.array(cols[1], pa.int32()),
         "name": pa.array(cols[2], pa.string()), "sm_count": pa.array(cols[3], pa.int32()),
@@ -451,14 +451,15 @@ def _memops(ex: _Export, offset: int, rank_from_key, notes: list) -> Iterator[Ba
         for arrs in values.chunks(ex, t, sql, [pa.int64()] * 11, ["start", "end", "deviceId", "globalPid"]):
             m = len(arrs[0])
             values.require(ex, t, arrs[3], "globalPid")
-            if arrs[2].null_count or pc.any(pc.or_(pc.less(arrs[2], 0), pc.greater(arrs[2], values.MAX_DEVICE))).as_py():
+            outside = pc.or_(pc.less(arrs[2], 0), pc.greater(arrs[2], values.MAX_DEVICE))
+            if arrs[2].null_count or pc.any(outside).as_py():
                 raise values.explain_process_device(ex, t)
             start, end, keep = values.times(ex, t, arrs[0], arrs[1], offset)
             cols = [a.to_pylist() for a in arrs[7:11]]
             if kind == "memcpy":
                 ck = [_COPY_KIND.get(k) for k in cols[0]]
                 names = [f"Memcpy {k or 'other'} ({_MEM_KIND.get(s, 'Unknown')} -> {_MEM_KIND.get(d, 'Unknown')})"
-                         for k, s, d in zip(ck, cols[1], cols[2])]
+                         for k, s, d in zip(ck, cols[1], cols[2], strict=False)]
                 ck = [k if k in _CANON_COPY else "other" for k in ck]
             else:
                 ck = [None] * m
@@ -556,7 +557,8 @@ def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDe
         if dec.entries and blobs.null_count < m:
             at = pc.indices_nonzero(pc.is_valid(blobs))
             dj = dec.decode_json
-            vals = [dj(d, b) for d, b in zip(pc.take(dom, at).to_pylist(), pc.take(blobs, at).to_pylist())]
+            vals = [dj(d, b) for d, b in zip(pc.take(dom, at).to_pylist(), pc.take(blobs, at).to_pylist(),
+                                             strict=True)]
             args = pc.replace_with_mask(args, pc.is_valid(blobs), pa.array(vals, pa.string()))
         tbl = pa.table({
             "range_id": _ids(n, m),

@@ -7,7 +7,7 @@ almost nothing; the SQLite queries that say *which* column is wrong run only aft
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -101,7 +101,7 @@ class PayloadDecoder:
         keys, st, names = plan
         if st.size > size or len(blob) < HEADER_BYTES + st.size:
             return None  # fields beyond the payload the blob says it holds: not this layout
-        out = dict(zip(keys, st.unpack_from(blob, HEADER_BYTES)))
+        out = dict(zip(keys, st.unpack_from(blob, HEADER_BYTES), strict=False))
         for k in _ID_KEYS:
             if k in out:
                 out[k] = str(out[k])

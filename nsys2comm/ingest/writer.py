@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import duckdb
 import pyarrow as pa
 
 from ..errors import InputError
-
 from .base import ID_COLUMNS, ID_SHIFT, Batch
 
 _FILE_COLUMNS = ("format_version", "producer", "host", "clock_rule", "clock_offset_ns", "comm_library_version")
@@ -21,7 +22,8 @@ def insert_batch(con, file_id: int, batch: Batch) -> None:
         row = data.to_pylist()[0]
         sets = ", ".join(f"{c} = ?" for c in _FILE_COLUMNS if c in row)
         if sets:
-            con.execute(f"UPDATE files SET {sets} WHERE file_id = ?", [row[c] for c in _FILE_COLUMNS if c in row] + [file_id])
+            con.execute(f"UPDATE files SET {sets} WHERE file_id = ?",
+                        [row[c] for c in _FILE_COLUMNS if c in row] + [file_id])
         return
     if batch.table == "ranks":
         _check_rank_collisions(con, data)
@@ -46,10 +48,8 @@ def insert_batch(con, file_id: int, batch: Batch) -> None:
         exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
         con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
     finally:
-        try:
+        with contextlib.suppress(duckdb.Error):  # an aborted transaction refuses even this; the first error counts
             con.unregister("_batch")
-        except duckdb.Error:
-            pass  # an aborted transaction refuses even this; the original error is the one to report
 
 
 def _check_rank_collisions(con, ranks: pa.Table) -> None:

@@ -1,0 +1,20 @@
+# Everyday commands (run inside the project's virtualenv: pip install -e ".[test]").
+.PHONY: test test-fast lint fix docs bench
+
+test:  ## every tier, as CI runs it
+	python -m pytest
+
+test-fast:  ## the inner loop: in-process tests only
+	python -m pytest -m "not slow and not subprocess and not browser"
+
+lint:
+	ruff check .
+
+fix:
+	ruff check --fix .
+
+docs:  ## regenerate the README's command reference and query catalog
+	python tests/test_docs.py --update
+
+bench:
+	python -m tests.benchmarks.bench --size medium
