@@ -104,7 +104,7 @@ def _assert_same(got: dict, want: dict, label: str, again) -> None:
         unstable = [n for n in bad if not _equal(rerun[n], want[n])]
         assert not unstable, f"queries give different rows on the same data, fresh twice: {unstable}"
     for name in bad:
-        assert False, f"{label}: {name} differs\n{got[name]}\nvs fresh\n{want[name]}"
+        raise AssertionError(f"{label}: {name} differs\n{got[name]}\nvs fresh\n{want[name]}")
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -113,7 +113,7 @@ def test_results_equal_fresh_after_any_ingest_split_and_edit(trace_files, fresh_
     n = len(trace_files)
     order = data.draw(st.permutations(range(n)), label="order")
     cuts = sorted(data.draw(st.sets(st.integers(1, n - 1)), label="cuts"))
-    calls = [[trace_files[i] for i in order[a:b]] for a, b in zip([0] + cuts, cuts + [n])]
+    calls = [[trace_files[i] for i in order[a:b]] for a, b in zip([0] + cuts, cuts + [n], strict=False)]
     edit = data.draw(st.sampled_from(EDITS), label="edit")
     edit_at = data.draw(st.integers(0, len(calls)), label="edit before call (len = after the last)")
     via = data.draw(st.sampled_from(["sql_write", "plain"]), label="via")

@@ -57,7 +57,7 @@ def update() -> None:
     for name, fn in BLOCKS.items():
         new = fn()
         text = re.sub(rf"(<!-- BEGIN {name}[^\n]*-->\n).*?(<!-- END {name} -->)",
-                      lambda m: m.group(1) + new + "\n" + m.group(2), text, flags=re.S)
+                      lambda m, new=new: m.group(1) + new + "\n" + m.group(2), text, flags=re.S)
     README.write_text(text)
 
 

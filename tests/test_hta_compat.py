@@ -65,7 +65,8 @@ def hta_round_down_time_stamps(events: list[dict]) -> list[dict]:
 
 
 def hta_is_gpu_kernel(e: dict) -> bool:
-    """hta/common/trace_filter.py _filter_gpu_kernels_with_cuda_sync (GPUKernelFilter; CPUOperatorFilter is its negation)."""
+    """hta/common/trace_filter.py _filter_gpu_kernels_with_cuda_sync (GPUKernelFilter; CPUOperatorFilter is its
+    negation)."""
     return (e["stream"] >= 0 and e["correlation"] >= 0) or e["name"] in ("Event Sync", "Context Sync")
 
 
@@ -115,7 +116,8 @@ def hta_comm_comp_overlap(trace: list[dict]) -> tuple[float, float]:
     comp = hta_merge_kernel_intervals([e for e in gpu if hta_kernel_type(e["name"]) == "COMPUTATION"])
     comm = hta_merge_kernel_intervals([e for e in gpu if hta_kernel_type(e["name"]) == "COMMUNICATION"])
     # status +1/-1 for comm starts/ends, +2/-2 for comp; time where the running sum is 3 is overlap
-    status = [(s, 1) for s, _ in comm] + [(e, -1) for _, e in comm] + [(s, 2) for s, _ in comp] + [(e, -2) for _, e in comp]
+    status = ([(s, 1) for s, _ in comm] + [(e, -1) for _, e in comm]
+              + [(s, 2) for s, _ in comp] + [(e, -2) for _, e in comp])
     status.sort(key=lambda x: x[0])
     running, overlapped = 0, 0
     for i, (t, d) in enumerate(status[:-1]):
@@ -146,9 +148,12 @@ def _np_round2(x: float) -> float:
 # ---------------------------------------------------------------------------------------------- traces built by code
 
 COMM_NAMES = ["ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
-              "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"]
-COMP_NAMES = ["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
-              "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
+              "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)",
+              "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"]
+COMP_NAMES = ["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
+              "execute_segment_k_off_kernel",
+              "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+              "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
               "triton_poi_fused_add_0"]
 
 
@@ -199,7 +204,9 @@ def load_traces(trace_dir: Path) -> dict[int, list[dict]]:
     """Events per rank as HTA reads a trace directory (json.loads; rank from distributedInfo)."""
     out = {}
     for p in sorted(Path(trace_dir).glob("*.json*")):
-        doc = json.loads((gzip.open(p) if p.suffix == ".gz" else open(p, "rb")).read())
+        opener = gzip.open if p.suffix == ".gz" else open
+        with opener(p, "rb") as f:
+            doc = json.loads(f.read())
         out[doc["distributedInfo"]["rank"]] = doc["traceEvents"]
     return out
 
@@ -250,24 +257,29 @@ def build_db(ranks: list[dict]) -> tuple[duckdb.DuckDBPyConnection, dict[int, li
         for table, name, s, e, corr in spec["gpu"]:
             if table == "kernels":
                 kid += 1
-                kern.append(f"({kid}, {fid}, {r}, 0, 7, {off + raw + s}, {off + raw + e}, '{name}', '', {_sql(corr)}, '')")
+                kern.append(f"({kid}, {fid}, {r}, 0, 7, {off + raw + s}, {off + raw + e}, '{name}', '', "
+                            f"{_sql(corr)}, '')")
             else:
                 mid += 1
-                mem.append(f"({mid}, {fid}, {r}, 0, 7, {off + raw + s}, {off + raw + e}, 'memcpy', 'DtoD', 1, '{name}', {_sql(corr)})")
+                mem.append(f"({mid}, {fid}, {r}, 0, 7, {off + raw + s}, {off + raw + e}, 'memcpy', 'DtoD', 1, "
+                           f"'{name}', {_sql(corr)})")
             ev.append({"ph": "X", "cat": "kernel" if table == "kernels" else "gpu_memcpy", "name": name,
                        "ts": _json_number(raw + s, as_int), "dur": _json_number(e - s, as_int),
                        "args": {"stream": 7} if corr is None else {"stream": 7, "correlation": corr}})
         for s, corr in spec["api"]:
             aid += 1
-            api.append(f"({aid}, {fid}, {r}, 1, 1, {off + raw + s}, {off + raw + s + 1000}, 'cudaLaunchKernel', {corr}, 'runtime')")
-            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": _json_number(raw + s, as_int),
-                       "dur": _json_number(1000, as_int), "args": {"correlation": corr}})
+            api.append(f"({aid}, {fid}, {r}, 1, 1, {off + raw + s}, {off + raw + s + 1000}, 'cudaLaunchKernel', "
+                       f"{corr}, 'runtime')")
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                       "ts": _json_number(raw + s, as_int), "dur": _json_number(1000, as_int),
+                       "args": {"correlation": corr}})
         for name, kind, s, e in spec["ranges"]:
             rid += 1
             rng.append(f"({rid}, {fid}, {r}, {off + raw + s}, {off + raw + e}, '{name}', '{kind}')")
             ev.append({"ph": "X", "cat": kind, "name": name, "ts": _json_number(raw + s, as_int),
                        "dur": _json_number(e - s, as_int), "args": {}})
-    con.execute(f"INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) VALUES {', '.join(files)}")
+    con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) "
+                f"VALUES {', '.join(files)}")
     con.execute(f"INSERT INTO ranks (rank, file_id, rank_source) VALUES {', '.join(rank_rows)}")
     if kern:
         con.execute("INSERT INTO kernels (kernel_id, file_id, rank, device_id, stream_id, start_ns, end_ns, name, "
@@ -357,7 +369,8 @@ def test_last_profiler_step_rule():
 _t = st.one_of(st.integers(0, 12_000), st.integers(0, 60).map(lambda x: x * 100))  # clustered: ties after rounding
 _dur = st.one_of(st.integers(0, 999), st.integers(0, 4000))
 _gpu = st.one_of(
-    st.tuples(st.just("kernels"), st.sampled_from(COMM_NAMES * 3 + COMP_NAMES + ["dma_copy_kernel", "cudaEventSync_kernel"]), _t, _dur),
+    st.tuples(st.just("kernels"),
+              st.sampled_from(COMM_NAMES * 3 + COMP_NAMES + ["dma_copy_kernel", "cudaEventSync_kernel"]), _t, _dur),
     st.tuples(st.just("mem_ops"), st.sampled_from(["Memcpy DtoD (Device -> Device)", "Memset (Device)"]), _t, _dur))
 _rank_spec = st.fixed_dictionaries({
     "raw": st.sampled_from([0, 7_000_123, 4_832_000_000_000_000, 1_716_000_000_000_000_123]),
@@ -408,4 +421,5 @@ def test_kineto_trace_with_sub_us_kernels_end_to_end(tmp_path, seed):
     assert got.height == 2
     for row in got.iter_rows(named=True):
         num_us, den_us, pct = want[row["rank"]]
-        assert (row["comm_overlapped_ns"], row["comm_ns"], row["comm_overlap_pct"]) == (num_us * 1000, den_us * 1000, pct)
+        assert (row["comm_overlapped_ns"], row["comm_ns"], row["comm_overlap_pct"]) == \
+            (num_us * 1000, den_us * 1000, pct)

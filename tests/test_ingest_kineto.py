@@ -72,14 +72,15 @@ def test_shared_traces_ingest(shared_traces, dataset):
     con = db.connect(None)
     res = ingest(con, paths, jobs=1)
     assert [r.status for r in res] == ["ingested"] * len(paths)
-    for r, path in zip(res, paths):
+    for r, path in zip(res, paths, strict=False):
         exp = _independent(_load(path))
         fid = r.file_id
-        q = lambda sql: con.execute(sql, [fid]).fetchall()  # noqa: E731
+        q = lambda sql, fid=fid: con.execute(sql, [fid]).fetchall()  # noqa: E731
         assert q("SELECT rank, world_size, rank_source FROM ranks WHERE file_id = ?") == [
             (exp["rank"], exp["world"], "distributedInfo")]
         assert q("SELECT count(*) FROM kernels WHERE file_id = ?")[0][0] == exp["kernels"]
-        assert q("SELECT count(*) FROM kernels WHERE file_id = ? AND kernel_class = 'communication'")[0][0] == exp["comm"]
+        assert q("SELECT count(*) FROM kernels WHERE file_id = ? AND kernel_class = 'communication'")[0][0] == \
+            exp["comm"]
         assert q("SELECT count(*) FROM comm_ops WHERE file_id = ?")[0][0] == exp["comm"]
         got = dict(q("SELECT collective, count(*) FROM comm_ops WHERE file_id = ? GROUP BY 1"))
         assert got == dict(exp["colls"])
@@ -136,7 +137,8 @@ def test_synthetic_run(tmp_path, style, gz):
     assert con.execute("SELECT rank, world_size, rank_source FROM ranks ORDER BY 1").fetchall() == [
         (r, 4, "distributedInfo") for r in range(4)]
     # kernels: exact names, times (old style: integer µs), correlation
-    got_k = sorted(con.execute("SELECT rank, correlation_id, name, start_ns, device_id, stream_id FROM kernels").fetchall())
+    got_k = sorted(con.execute("SELECT rank, correlation_id, name, start_ns, device_id, stream_id "
+                               "FROM kernels").fetchall())
     exp_k = sorted((k.rank, k.correlation, k.name, k.start_ns // 1000 * 1000 if style == "old" else k.start_ns,
                     k.device, k.stream) for k in run.all_kernels())
     assert got_k == exp_k
@@ -181,8 +183,9 @@ def test_rank_from_file_name_and_cli(tmp_path):
     assert con2.execute("SELECT DISTINCT rank FROM comm_ops").fetchall() == [(3,)]
 
 
-@pytest.mark.parametrize("name,expected", [("rank-3.json", 3), ("rank3.json.gz", 3), ("worker3_step_1.pt.trace.json", 3),
-                                           ("job_rank_12.json", 12), ("host_123.1700.pt.trace.json", None)])
+@pytest.mark.parametrize("name,expected", [("rank-3.json", 3), ("rank3.json.gz", 3),
+                                           ("worker3_step_1.pt.trace.json", 3), ("job_rank_12.json", 12),
+                                           ("host_123.1700.pt.trace.json", None)])
 def test_rank_from_file_name(name, expected):
     assert rank_from_file_name(name) == expected
 
@@ -269,7 +272,8 @@ def _rows(paths_or_path, **extra):
 def split_trace(tmp_path_factory):
     run = make_run(world_size=2, steps=1)
     d = tmp_path_factory.mktemp("split")
-    return write_kineto(run, d / "pretty", "old", pretty=True)[0], write_kineto(run, d / "compact", "new", pretty=False)[0]
+    return (write_kineto(run, d / "pretty", "old", pretty=True)[0],
+            write_kineto(run, d / "compact", "new", pretty=False)[0])
 
 
 @pytest.mark.parametrize("block", [1, 7, 64, 333, 4096, 1 << 20])
@@ -312,14 +316,14 @@ def test_splitter_property(tmp_path):
 # ---------------------------------------------------------------------------------------------- recorded sizes
 
 # element sizes of the dtype spellings the shared traces use in 'Input type' (PyTorch's scalar type names)
-SHAPE_DTYPE_SIZE = {"float": 4, "double": 8, "long": 8, "long int": 8, "int": 4, "short int": 2, "c10::Half": 2, "c10::BFloat16": 2,
-                    "signed char": 1, "unsigned char": 1, "bool": 1}
+SHAPE_DTYPE_SIZE = {"float": 4, "double": 8, "long": 8, "long int": 8, "int": 4, "short int": 2, "c10::Half": 2,
+                    "c10::BFloat16": 2, "signed char": 1, "unsigned char": 1, "bool": 1}
 BASE_C10D = {"c10d::_allgather_base_", "c10d::_reduce_scatter_base_", "c10d::alltoall_base_"}
 
 
 def _shape_elems(name: str, a: dict) -> tuple[int, int] | None:
     """(input elements, element size) a range's 'Input Dims'/'Input type' record, or None (no shape)."""
-    tensors = [(d, SHAPE_DTYPE_SIZE[t]) for d, t in zip(a.get("Input Dims", []), a.get("Input type", []))
+    tensors = [(d, SHAPE_DTYPE_SIZE[t]) for d, t in zip(a.get("Input Dims", []), a.get("Input type", []), strict=False)
                if t in SHAPE_DTYPE_SIZE]
     if name.startswith("nccl:"):
         picked = tensors
@@ -386,7 +390,7 @@ def test_shared_traces_every_recorded_size_found(shared_traces, dataset):
     paths = sorted((shared_traces / "kineto" / dataset).glob("*.json.gz"))
     con = db.connect(None)
     res = ingest(con, paths, jobs=1)
-    for r, path in zip(res, paths):
+    for r, path in zip(res, paths, strict=False):
         exp = _recorded(_load(path))
         got = {corr: (c, m, g) for corr, c, m, g in con.execute(
             "SELECT k.correlation_id, o.collective, o.msg_bytes, o.group_size FROM comm_ops o "

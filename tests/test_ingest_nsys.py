@@ -89,7 +89,8 @@ def test_fastvideo_train_sendrecv_groups(shared_traces):
     con = _ingest_one(path)
     assert con.execute("SELECT list(rank ORDER BY rank), list(pid ORDER BY rank) FROM ranks").fetchone() == \
         ([0, 1], [144, 145])
-    assert con.execute("SELECT rank, count(*) FROM comm_ops GROUP BY rank ORDER BY rank").fetchall() == [(0, 33), (1, 33)]
+    assert con.execute("SELECT rank, count(*) FROM comm_ops GROUP BY rank ORDER BY rank").fetchall() == \
+        [(0, 33), (1, 33)]
     # every grouped send/recv kernel sits inside PyTorch's 'nccl:all_to_all' range: the user's operation wins;
     # the two kernels launched before the window keep their kernel name's collective
     assert con.execute("SELECT collective, collective_source, count(*) FROM comm_ops GROUP BY ALL ORDER BY ALL"
@@ -105,7 +106,8 @@ def test_fastvideo_train_sendrecv_groups(shared_traces):
     assert con.execute("SELECT count(*) FROM cpu_ranges WHERE domain = 'NCCL'").fetchone()[0] == 462
     assert con.execute("SELECT name FROM kernels WHERE kernel_class = 'communication' LIMIT 1").fetchone()[0] == \
         "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
-    assert con.execute("SELECT count(*) FROM api_calls WHERE name = 'cuLaunchKernelEx' AND api = 'driver'").fetchone()[0] == 402
+    assert con.execute("SELECT count(*) FROM api_calls "
+                       "WHERE name = 'cuLaunchKernelEx' AND api = 'driver'").fetchone()[0] == 402
     fr = con.execute("SELECT format_version, producer, clock_offset_ns FROM files").fetchone()
     assert fr == ("3.25.0", "2026.2.1.210", 1779782330176752435 - 28254349605)
 
@@ -141,8 +143,8 @@ def test_synthetic_run(tmp_path, schema, era):
     assert con.execute("SELECT count(*) FROM mem_ops").fetchone()[0] == sum(len(r.memops) for r in run.ranks)
     assert con.execute("SELECT count(*) FROM cpu_ranges WHERE name = 'torchrun launch'").fetchone()[0] == 0
     rows = {(r, s): rest for r, s, *rest in con.execute(
-        "SELECT k.rank, k.start_ns, c.collective, c.collective_source, c.n_ops, c.msg_bytes, c.peer_rank, c.group_size, "
-        "c.pg_name, c.in_bytes, c.out_bytes FROM comm_ops c JOIN kernels k USING (kernel_id)").fetchall()}
+        "SELECT k.rank, k.start_ns, c.collective, c.collective_source, c.n_ops, c.msg_bytes, c.peer_rank, "
+        "c.group_size, c.pg_name, c.in_bytes, c.out_bytes FROM comm_ops c JOIN kernels k USING (kernel_id)").fetchall()}
     ops = [c for r in run.ranks for c in r.comm]
     assert len(rows) == len(ops)
     for c in ops:
@@ -158,7 +160,8 @@ def test_synthetic_run(tmp_path, schema, era):
     notes = {r[0] for r in con.execute("SELECT code FROM ingest_notes").fetchall()}
     assert notes == (set() if schema == "3.25.0" else {"no_msg_sizes"})
     if schema == "3.25.0":
-        assert con.execute("SELECT count(*) FROM comm_ops WHERE collective = 'all_reduce' AND dtype IS NULL").fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM comm_ops "
+                           "WHERE collective = 'all_reduce' AND dtype IS NULL").fetchone()[0] == 0
         assert con.execute("SELECT DISTINCT sm_count FROM devices").fetchall() == [(132,)]
     else:
         assert con.execute("SELECT DISTINCT name FROM devices").fetchall() == [("NVIDIA H100 80GB HBM3",)]

@@ -18,7 +18,14 @@ from fixtures.kernel_names.reference_parser import base_name
 from nsys2comm import catalog
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "kernel_names" / "corpus.csv"
-ROWS = list(csv.DictReader(open(CORPUS, newline="")))
+
+
+def _corpus_rows() -> list[dict]:
+    with open(CORPUS, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+ROWS = _corpus_rows()
 CLASSES = {"communication", "memory", "convolution", "attention", "gemm", "compute"}
 RETURN_TYPES = ("void", "std::enable_if", "std::enable_if::type", "typename", "auto")
 
@@ -134,7 +141,8 @@ def template_arg(draw, depth=0):
 
 @st.composite
 def signature(draw):
-    ret = draw(st.sampled_from(["", "void ", "std::enable_if<(((8)>(0))), void>::type ", "void std::enable_if<true, void>::type "]))
+    ret = draw(st.sampled_from(["", "void ", "std::enable_if<(((8)>(0))), void>::type ",
+                                "void std::enable_if<true, void>::type "]))
     name = _qualified(draw)
     targs = draw(st.lists(template_arg(), max_size=4))
     t = f"<{', '.join(targs)}>" if targs else ""
@@ -163,7 +171,8 @@ SAME_KERNELS = [
      "at::native::(anonymous namespace)::TensorSizeStride<unsigned int, 4u>, int, unsigned int)",
      "void at::native::<unnamed>::CatArrayBatchedCopy_vectorized<at::native::<unnamed>::OpaqueType<(unsigned int)2>, "
      "unsigned int, (int)1, (int)128, (int)1, (int)16, (int)8>(char *, at::native::<unnamed>::"
-     "CatArrInputTensorMetadata<T1, T2, T4, T5>, at::native::<unnamed>::TensorSizeStride<T2, (unsigned int)4>, int, T2)"),
+     "CatArrInputTensorMetadata<T1, T2, T4, T5>, at::native::<unnamed>::TensorSizeStride<T2, (unsigned int)4>, "
+     "int, T2)"),
     ("void std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
      "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, "
      "float, int, int)",
@@ -221,7 +230,8 @@ def test_cross_source_same_short_name_and_class(tmp_path, monkeypatch):
     kin = rows(write_kineto(run, tmp_path / "kineto", style="new"))
     nsy = rows([nsys_writer.write_nsys(run, tmp_path / "run.sqlite")])
     assert len(kin) == len(nsy) == len(compute)
-    assert sum(a[2] != b[2] for a, b in zip(kin, nsy)) > 0  # the full names do differ between the two sources
+    # the full names do differ between the two sources
+    assert sum(a[2] != b[2] for a, b in zip(kin, nsy, strict=False)) > 0
     assert [(a[0], a[1], a[3], a[4]) for a in kin] == [(b[0], b[1], b[3], b[4]) for b in nsy]
     assert {a[3] for a in kin} >= {base_name(k) for k, _ in SAME_KERNELS}
 

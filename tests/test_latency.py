@@ -49,7 +49,7 @@ def _model_of(collective: str) -> str:
 def test_host_offsets_recovered(job):
     _, con = job
     off = analysis.run_query(con, "host_clock_offsets")
-    got = dict(zip(off["host"], off["offset_ns"]))
+    got = dict(zip(off["host"], off["offset_ns"], strict=False))
     for h, want in enumerate(OFFSETS):
         assert abs(got[f"synth-node-{h}"] - want) <= 1000, h
     assert off.filter(~off["is_reference"])["instances"].min() > 0
@@ -70,7 +70,7 @@ def test_transfer_exact_despite_skew_and_offsets(job):
         skew_ratio = max(skew_ratio, r["max_wait_ns"] / want)
     assert skew_ratio > 5  # the skew really dwarfs the transfer
     p2p = tr.filter(tr["kind"] == "p2p")
-    assert set(zip(p2p["src_rank"], p2p["dst_rank"])) == {(s, s + 1) for s in range(run.world_size - 1)}
+    assert set(zip(p2p["src_rank"], p2p["dst_rank"], strict=False)) == {(s, s + 1) for s in range(run.world_size - 1)}
 
 
 def test_fit_recovers_alpha_beta(job):
@@ -162,7 +162,8 @@ def test_one_size_falls_back_to_64kib():
                         "kernel_class) VALUES (?, 1, ?, 0, ?, ?, 'ncclKernel', 'ncclKernel', 'communication')",
                         [kid, r, i * 100_000 + r * 3000, i * 100_000 + 13_000])
             con.execute("INSERT INTO comm_ops (kernel_id, file_id, rank, collective, msg_bytes, pg_name, seq, n_ops, "
-                        "collective_source) VALUES (?, 1, ?, 'all_reduce', 1024, '0', ?, 1, 'kernel_args')", [kid, r, i])
+                        "collective_source) VALUES (?, 1, ?, 'all_reduce', 1024, '0', ?, 1, 'kernel_args')",
+                        [kid, r, i])
     m = analysis.run_query(con, "latency_model").row(0, named=True)
     assert m["fit_quality"] == "one_size" and m["threshold_rule"] == "fallback_64KiB"
     assert m["latency_bound_pct"] == 100.0 and m["coalescing_saving_ns"] is None
@@ -175,7 +176,7 @@ def test_example_matches_tracelens(reference_values):
     ref = reference_values["param_dlrm_8rank"]["tracelens_nccl_analyser"]["per_collective"]
     tr = analysis.run_query(con, "comm_transfer")
     assert tr.height == len(ref)
-    for row, want in zip(tr.iter_rows(named=True), ref):
+    for row, want in zip(tr.iter_rows(named=True), ref, strict=False):
         assert abs(row["transfer_ns"] - want["comm_latency_us"] * 1000) <= 1000, row["instance_key"]
     m = analysis.run_query(con, "latency_model")
     assert m.height > 0 and (m["instances"] > 0).all()
@@ -216,7 +217,8 @@ def test_theil_sen_vs_brute_force(alpha_us, beta_gbps, outliers, seed):
                         "kernel_class) VALUES (?, 1, ?, 0, ?, ?, 'ncclKernel', 'ncclKernel', 'communication')",
                         [kid, r, i * 10**9, i * 10**9 + t])
             con.execute("INSERT INTO comm_ops (kernel_id, file_id, rank, collective, msg_bytes, pg_name, seq, n_ops, "
-                        "collective_source) VALUES (?, 1, ?, 'all_reduce', ?, '0', ?, 1, 'kernel_args')", [kid, r, b, i])
+                        "collective_source) VALUES (?, 1, ?, 'all_reduce', ?, '0', ?, 1, 'kernel_args')",
+                        [kid, r, b, i])
     med = {b: sorted(v)[1] for b, v in pts.items()}
     slopes = sorted((med[y] - med[x]) / (y - x) for i, x in enumerate(sizes) for y in sizes[i + 1:])
     n = len(slopes)

@@ -217,9 +217,11 @@ def test_reduce_layout_with_natural_alignment():
     that leaves every offset NULL gets the same places from natural alignment."""
     payload = struct.pack("<QQii", 2**63 + 5, 4096, 3, 2)
     for offsets in ([None, 8, 16, 20], [None, None, None, None]):
-        dec = _decoder([(SID, 0, 18, "NCCL communicator ID", offsets[0]), (SID, 1, 22, "Message size [bytes]", offsets[1]),
+        dec = _decoder([(SID, 0, 18, "NCCL communicator ID", offsets[0]),
+                        (SID, 1, 22, "Message size [bytes]", offsets[1]),
                         (SID, 2, 5, "Root", offsets[2]), (SID, 3, (1 << 24) + 16, "Reduction operation", offsets[3])])
-        assert dec.decode(1, _blob(SID, payload)) == {"comm_id": str(2**63 + 5), "msg_bytes": 4096, "root": 3, "redop": 2}
+        assert dec.decode(1, _blob(SID, payload)) == \
+            {"comm_id": str(2**63 + 5), "msg_bytes": 4096, "root": 3, "redop": 2}
 
 
 def test_enum_size_nested_struct_and_bounds():

@@ -20,7 +20,8 @@ def con():
 def _load(con, name, rows, probe=False):
     cols = "grp, probe_id, start_ns, end_ns" if probe else "grp, start_ns, end_ns"
     types = "INTEGER, BIGINT, BIGINT, BIGINT" if probe else "INTEGER, BIGINT, BIGINT"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({', '.join(f'{c} {t}' for c, t in zip(cols.split(', '), types.split(', ')))})")
+    col_defs = ", ".join(f"{c} {t}" for c, t in zip(cols.split(", "), types.split(", "), strict=False))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({col_defs})")
     if rows:
         con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(cols.split(', ')))})", rows)
 
@@ -44,7 +45,8 @@ def test_union_edge_cases(con):
 
 def test_union_length_and_intersection_values(con):
     out = con.execute("""
-        WITH a(grp, start_ns, end_ns) AS (VALUES (1, 0, 10), (1, 5, 20), (1, 20, 25), (1, 30, 30), (1, 40, 35), (2, 0, 5)),
+        WITH a(grp, start_ns, end_ns) AS (VALUES (1, 0, 10), (1, 5, 20), (1, 20, 25), (1, 30, 30), (1, 40, 35),
+                (2, 0, 5)),
              b(grp, start_ns, end_ns) AS (VALUES (1, 3, 8), (1, 22, 50), (1, 22, 50), (2, 10, 20))
         SELECT * FROM intervals_intersect_length('a', 'b')""").fetchall()
     assert out == [(1, 25, 8, 17), (2, 5, 0, 5)]
@@ -90,5 +92,5 @@ def test_properties_against_brute_force(con, a, b):
         assert cov[i] == len(set(range(s, e)) & pa.get(g, set()))
     # islands are disjoint, sorted and non-touching
     isl = con.execute("SELECT grp, start_ns, end_ns FROM intervals_union('pa')").fetchall()
-    for (g1, _, e1), (g2, s2, _) in zip(isl, isl[1:]):
+    for (g1, _, e1), (g2, s2, _) in zip(isl, isl[1:], strict=False):
         assert g1 < g2 or s2 > e1

@@ -244,7 +244,7 @@ def _write_all(con, todo, options, jobs, record, fail, progress) -> None:
             d = os.path.join(tmp, str(i))
             os.makedirs(d)
             futures.append(pool.submit(_spool, str(path), options, d))
-        for (path, sha, _mod), fut in zip(todo, futures, strict=True):  # input order: deterministic file ids
+        for (path, sha, mod), fut in zip(todo, futures, strict=True):  # input order: deterministic file ids
             try:
                 spooled = fut.result()
                 record(path, _write_file(con, path, sha, mod, _replay(spooled), progress))

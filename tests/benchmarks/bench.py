@@ -72,7 +72,8 @@ def run(size: str, workdir: Path, hta_python: str | None) -> dict:
     def add(name: str, res: dict, **extra) -> dict:
         res = {"step": name, **extra, **res}
         rows.append(res)
-        print(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in res.items() if k not in ("step", "per_query")), flush=True)
+        shown = ", ".join(f"{k}={v}" for k, v in res.items() if k not in ("step", "per_query"))
+        print(f"  {name}: " + shown, flush=True)
         return res
 
     # Kineto: one file per size, end-to-end parse -> DuckDB
@@ -129,7 +130,8 @@ def main() -> None:
     ap.add_argument("--size", choices=SIZES, default="smoke")
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "bench.json"))
     ap.add_argument("--workdir")
-    ap.add_argument("--hta-python", help="python of a venv with HolisticTraceAnalysis (default: $NSYS2COMM_HTA_PYTHON or ../hta-venv)")
+    ap.add_argument("--hta-python", help="python of a venv with HolisticTraceAnalysis "
+                                         "(default: $NSYS2COMM_HTA_PYTHON or ../hta-venv)")
     ap.add_argument("--no-hta", action="store_true", help="skip the HolisticTraceAnalysis comparison")
     ap.add_argument("--keep", action="store_true", help="keep generated traces and databases")
     a = ap.parse_args()
@@ -148,7 +150,8 @@ def main() -> None:
     Path(a.out).write_text(json.dumps(res, indent=2))
     print(f"\n{'step':42} {'seconds':>9} {'MB/s':>8} {'peak RSS MB':>12}  notes")
     for s in res["steps"]:
-        notes = {k: v for k, v in s.items() if k in ("ratio_vs_nsys2comm", "speed_vs_sqlite_scan", "html_bytes", "rows_per_s")}
+        notes = {k: v for k, v in s.items()
+                 if k in ("ratio_vs_nsys2comm", "speed_vs_sqlite_scan", "html_bytes", "rows_per_s")}
         print(f"{s['step']:42} {s['seconds']:9.2f} {s.get('mb_per_s', ''):>8} {s['peak_rss_mb']:>12}  {notes}")
     print(f"\nwrote {a.out}")
 
