@@ -1,189 +1,129 @@
 """Run the documented SQL analyses (queries/<area>/*.sql) from Python.
 
-``run_query(con, name, params)`` is the one entry point the CLI and the report use: the name must be a public
-table macro or view of the catalog, parameter names must be among the macro's ``@param`` list, and values are
-bound as prepared-statement parameters (never pasted into the SQL text).
-
-``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the GPU timeline (behind
-overlap_by_rank, time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind
-comm_kernels, comm_overlap_by_collective and top_comm_kernels) and the cross-rank matching (behind
-collective_skew and rank_wait), so a caller running several analyses pays for
-each sweep once. The snapshot does not follow later ingests: call ``materialize`` again (or ``unmaterialize``)
-after changing the data.
-
-``refresh_cache(con)`` stores the same sweeps in the job database (``_cache_*`` tables) together with the
-content key of the data they were computed from; ``use_cache(con)``, called by ``db.connect`` for read-only
-sessions, points the helper views at them only while the key still matches. Ingest refreshes the cache at its end
-and ``sql --write`` after its statements; any other change (a plain ``duckdb`` client, a killed ingest) leaves a
-cache that simply no longer matches, so sessions compute live until the next refresh. A writable session never
-reads the cache: its helpers stay live, and a refresh computes from the canonical tables.
-
-The content key (``content_key``): per canonical table ``count(*)`` and ``sum(hash(row))`` (any insert, delete or
-update of any column changes it), plus a digest of the catalog's SQL (a new nsys2comm with other definitions
-invalidates old caches). Measured on 2 shared cores (DuckDB 2.0): nsys job with 1M kernels + 1M API calls + 200k
-ranges, key 0.14 s cold / 0.08 s warm, against 1.7 s for the three sweeps it saves (8 %); Kineto 100 MB job, key
-0.03 s against 0.2 s. So a fingerprint checked on every read was chosen over invalidating the cache inside each
-writing transaction: the latter cannot see writes by other clients, and would still need this check.
+The shared sweeps behind several analyses (snapshots, stored cache) are nsys2comm.cache's.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
+import difflib
+import math
+import numbers
 import re
 
 import duckdb
 import polars as pl
 
 from . import catalog
-from .errors import InputError
+from .db import settle
+from .errors import HelperNotRunnable, UnknownQuery, UsageError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# helper views whose snapshot may replace the live computation: view name -> snapshot table
-_MATERIALIZABLE = {"_gpu_timeline": "_gpu_timeline_snapshot",
-                   "_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
-                   "_skew_ops": "_skew_ops_snapshot"}
 
 
-def _public_object(name: str) -> catalog.CatalogObject:
-    obj = catalog.find(name) if isinstance(name, str) and _IDENT.match(name) else None
-    if obj is None or not obj.public or obj.area == "prelude" or obj.kind == "table":
-        known = ", ".join(sorted(o.name for o in catalog.public_queries()))
-        raise InputError(f"unknown analysis {name!r}", hint=f"choose one of: {known}")
+
+def _runnable(name: str) -> catalog.CatalogObject:
+    """The catalog object ``run_query`` runs for ``name`` (a table macro before a view of the same name)."""
+    objs = [o for o in catalog.load_catalog()
+            if o.name == name and o.public and o.area != "prelude" and o.kind in ("view", "macro")]
+    if not objs or not isinstance(name, str) or not _IDENT.match(name):
+        names = sorted({o.name for o in catalog.public_queries()})
+        raise UnknownQuery(str(name), difflib.get_close_matches(str(name), names, n=3, cutoff=0.6))
+    obj = next((o for o in objs if o.is_table_macro), objs[0])
+    if obj.kind == "macro" and not obj.is_table_macro:
+        raise UnknownQuery(name, [])
+    if obj.required_params:  # table-name arguments cannot travel as bound values
+        raise HelperNotRunnable(name, obj.required_params)
     return obj
+
+
+def check_query(name: str, params: dict | None = None) -> tuple[catalog.CatalogObject, dict]:
+    """Validate a query name and its parameters before any work; returns the object and the checked values.
+
+    Raises :class:`UsageError` (exit 2 in the CLI) for an unknown name, a helper, an unknown parameter or a value
+    of the wrong kind, each naming what is wrong.
+    """
+    obj = _runnable(name)
+    params = dict(params or {})
+    if params and obj.kind == "view":
+        raise UsageError(f"{name} takes no parameters", hint="filter its rows in SQL")
+    unknown = sorted(set(params) - set(obj.params))
+    if unknown:
+        allowed = ", ".join(obj.params)
+        raise UsageError(f"{name} has no parameter {', '.join(unknown)}",
+                         hint=f"parameters: {allowed}" if allowed else "it takes no parameters")
+    defaults = macro_defaults(obj)
+    return obj, {k: _check_value(name, k, v, defaults.get(k), obj.params[k]) for k, v in params.items()}
 
 
 def run_query(con, name: str, params: dict | None = None) -> pl.DataFrame:
     """Run a public analysis by name with named parameters; returns a polars DataFrame."""
-    obj = _public_object(name)
-    params = dict(params or {})
+    obj, params = check_query(name, params)
     if obj.kind == "view":
-        if params:
-            raise InputError(f"{name} takes no parameters", hint="drop the parameters")
-        sql = f"SELECT * FROM {obj.name}"
-        return con.sql(sql).pl()
-    unknown = sorted(set(params) - set(obj.params))
-    if unknown:
-        allowed = ", ".join(obj.params) or "none"
-        raise InputError(f"{name}: unknown parameter(s) {', '.join(unknown)}", hint=f"parameters of {name}: {allowed}")
+        return con.sql(f"SELECT * FROM {obj.name}").pl()
     # names are validated identifiers from the catalog; values travel as bound parameters
     args = ", ".join(f"{k} := ${k}" for k in params)
-    sql = f"SELECT * FROM {obj.name}({args})"
-    return con.sql(sql, params=params or None).pl()
+    try:
+        return con.sql(f"SELECT * FROM {obj.name}({args})", params=params or None).pl()
+    except duckdb.ConversionException as e:  # a value DuckDB could not cast (e.g. a step number given as text)
+        culprit = next((k for k, v in params.items() if isinstance(v, str) and repr(v) in str(e)), None)
+        if culprit is None:
+            raise
+        raise UsageError(f"{name}: parameter {culprit} cannot be {params[culprit]!r}",
+                         hint=f"{culprit}: {obj.params[culprit]}") from e
 
 
-def settle(con):
-    from .api import settle as _settle  # late: api imports db, which imports this module
+# ---------------------------------------------------------------------------------------------------------------
+# parameter values: the kind of each parameter is that of its default in the macro's signature
 
-    return _settle(con)
-
-
-_CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]
+_SIGNATURE_ARG = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*:=\s*('(?:[^']|'')*'|[^,()]+)")
 
 
-@functools.cache
-def _catalog_digest() -> str:
-    return hashlib.sha256("\n".join(o.sql for o in catalog.load_catalog()).encode()).hexdigest()[:16]
+def macro_defaults(obj: catalog.CatalogObject) -> dict[str, str]:
+    """Parameter name -> default literal (SQL text) of a table macro's signature."""
+    m = re.search(r"MACRO\s+" + re.escape(obj.name) + r"\s*\(([^)]*)\)", obj.sql, re.I)
+    return {k: v.strip() for k, v in _SIGNATURE_ARG.findall(m.group(1))} if m else {}
 
 
-def content_key(con) -> str:
-    """Fingerprint of everything the cached sweeps depend on: every canonical table's rows, and the catalog SQL."""
-    tables = [o.name for o in catalog.load_catalog() if o.kind == "table"]
-    parts = " UNION ALL ".join(
-        f"SELECT {i} AS i, count(*) || ':' || coalesce(sum(hash(_t)), 0) AS k FROM {t} AS _t"
-        for i, t in enumerate(tables))
-    key = settle(con).execute(f"SELECT string_agg(k, ',' ORDER BY i) FROM ({parts})").fetchall()[0][0]
-    return f"{_catalog_digest()}|{key}"
+def _check_value(query: str, key: str, value, default: str | None, doc: str):
+    """``value`` if it suits the parameter (converted where lossless), else a UsageError naming the parameter."""
+    def bad(expected: str) -> UsageError:
+        return UsageError(f"{query}: parameter {key} must be {expected}, not {_show(value)}",
+                          hint=f"{key}: {doc}" if doc else None)
+
+    default = default or "NULL"
+    if re.fullmatch(r"\d+", default):  # an integer default: a count
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise bad("a whole number >= 0")
+        return int(value)
+    if re.fullmatch(r"\d*\.\d+", default):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise bad("a finite number")
+        return float(value)
+    if default.startswith("'"):
+        choices = _quoted_choices(doc)
+        if not isinstance(value, str) or (choices and value not in choices):
+            raise bad(" or ".join(repr(c) for c in choices) if choices else "text")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise bad("a finite number")
+    return value
 
 
-def _stored_key(con) -> str | None:
-    have = {r[0] for r in settle(con).execute(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
-        "AND list_contains(?, table_name)", [_CACHE_TABLES]).fetchall()}
-    if have != set(_CACHE_TABLES):
+def _quoted_choices(doc: str) -> list[str]:
+    """Values a text parameter's doc lists in quotes at its start (``'none' (exact) or 'hta' (...)``)."""
+    first = re.split(r"[.;]\s", doc or "", maxsplit=1)[0]
+    return re.findall(r"'([^']*)'", first) if first.lstrip().startswith("'") else []
+
+
+def _show(value) -> str:
+    return "null" if value is None else repr(value)
+
+
+def job_start_ns(con) -> int | None:
+    """The job's first timestamp: the earliest start in any canonical table with a ``start_ns`` column."""
+    tables = [o.name for o in catalog.load_catalog() if o.kind == "table" and "start_ns" in o.columns]
+    if not tables:
         return None
-    rows = con.execute("SELECT content_key FROM _cache_key").fetchall()
-    return rows[0][0] if len(rows) == 1 else None
-
-
-def _db_state(con) -> tuple[str | None, bool]:
-    """(file path or None for in-memory, read-only?) of the connection's database."""
-    path, ro = settle(con).execute("SELECT path, readonly FROM duckdb_databases() "
-                                   "WHERE database_name = current_database()").fetchall()[0]
-    return path, bool(ro)
-
-
-def refresh_cache(con) -> bool:
-    """Store the shared sweeps in the job database with the content key they were computed from.
-
-    A no-op (returns False) for in-memory and read-only databases and while the stored key still matches. The
-    sweeps are computed from the live helper views, never from a cache or a snapshot, in one transaction with
-    the key, so the key describes exactly the data the sweeps saw.
-    """
-    path, read_only = _db_state(con)
-    if path is None or read_only:
-        return False
-    _restore_live(con)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        key = content_key(con)
-        if _stored_key(con) == key:
-            con.execute("ROLLBACK")
-            return False
-        for view in _MATERIALIZABLE:
-            con.execute(f"CREATE OR REPLACE TABLE _cache{view} AS SELECT * FROM {view}")
-        con.execute("CREATE OR REPLACE TABLE _cache_key AS SELECT ?::VARCHAR AS content_key", [key])
-        con.execute("DROP TABLE IF EXISTS _cache_fingerprint")  # the key of older versions
-        con.execute("COMMIT")
-        return True
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-
-
-def drop_cache(con) -> None:
-    """Remove the stored sweeps (for example when a refresh cannot run on a damaged database)."""
-    for table in _CACHE_TABLES + ["_cache_fingerprint"]:
-        settle(con).execute(f"DROP TABLE IF EXISTS main.{table}")
-
-
-def use_cache(con) -> bool:
-    """In a read-only session, point the helper views at the stored sweeps when their key matches the data.
-
-    Writable sessions keep live helpers: they may change the data at any time after this check.
-    """
-    path, read_only = _db_state(con)
-    if path is None or not read_only:
-        return False
-    try:
-        stored = _stored_key(con)
-        if stored is None or stored != content_key(con):
-            return False
-    except duckdb.Error:  # e.g. a canonical table dropped by hand: the live views report it
-        return False
-    for view in _MATERIALIZABLE:
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM _cache{view}")
-    return True
-
-
-def _restore_live(con) -> None:
-    """Helper views compute from the canonical tables again (no snapshot, no cache)."""
-    for view, table in _MATERIALIZABLE.items():
-        con.execute(f"DROP VIEW IF EXISTS temp.{view}")
-        con.execute(f"DROP TABLE IF EXISTS temp.{table}")
-        # read-only sessions hold the helper as a TEMP view only: recreate it
-        if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [view]).fetchall()[0][0]:
-            con.execute(catalog.find(view).sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
-
-
-def materialize(con) -> None:
-    """Compute the shared helper views once (TEMP tables) and point the helpers at the snapshots."""
-    for view, table in _MATERIALIZABLE.items():
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM {view}")
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {table}")
-
-
-def unmaterialize(con) -> None:
-    """Drop the snapshots: the helpers read the stored cache again when it matches, else compute live."""
-    _restore_live(con)
-    use_cache(con)
+    union = " UNION ALL ".join(f"SELECT min(start_ns) AS t FROM {t}" for t in tables)
+    return settle(con).execute(f"SELECT min(t) FROM ({union})").fetchall()[0][0]

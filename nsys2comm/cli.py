@@ -7,23 +7,48 @@ Conventions: rows (and the summary) on stdout, messages on stderr; exit 0 ok, 1 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import re
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from . import __version__, catalog
 from . import output as out_
-from .api import Job, is_database, parse_params, run_query, settle
-from .errors import InputError, Nsys2CommError, UsageError
+from .analysis import check_query, job_start_ns
+from .api import Job, is_database, parse_params, settle
+from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery, UsageError
 from .ingest.kineto_stream import MAX_EVENT_BYTES
-from .output import Format
+from .output import Format, TimeUnit
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_THRESHOLD = 0, 1, 2, 3
+
+
+def _without_type_names(params: list) -> list:
+    """Typer labels every parameter with its Python type (<bool>, <list[str]>); our metavars and help say it."""
+    for p in params:
+        if isinstance(p, TyperArgument):
+            p.display_type_rich = lambda ctx: None  # the argument's metavar names it
+        elif getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""  # a flag takes no value
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx):
+        return _without_type_names(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx):
+        return _without_type_names(super().get_params(ctx))
+
 
 app = typer.Typer(
     name="nsys2comm",
@@ -34,15 +59,17 @@ app = typer.Typer(
          "\b\nExample:\n  nsys2comm report fixtures/example -o report.html\n\n"
          "Exit codes: 0 ok, 1 input error, 2 usage error, 3 threshold violated (summary).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=_Group,
 )
 queries_app = typer.Typer(
     help="The catalog of documented SQL analyses.\n\n\b\nExample:\n  nsys2comm queries list\n"
          "  nsys2comm queries show step_timeline",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=_Group,
 )
 app.add_typer(queries_app, name="queries")
 
@@ -55,12 +82,21 @@ _state = {"debug": os.environ.get("NSYS2COMM_DEBUG", "") not in ("", "0")}
 SourcesArg = Annotated[list[str], typer.Argument(
     metavar="DB_OR_TRACES", help="A job database (.duckdb), or trace files, directories or globs (ingested in memory).",
     show_default=False)]
-FormatOpt = Annotated[Optional[Format], typer.Option(
-    "--format", "-f", help="Output format (default: from -o's extension, else table).", case_sensitive=False,
-    show_default=False)]
-OutOpt = Annotated[Optional[Path], typer.Option(
-    "--output", "-o", help="Write rows to this file; the format follows its extension (.csv .tsv .json .jsonl "
-                           ".parquet .md).", show_default=False, dir_okay=False)]
+FormatOpt = Annotated[Format | None, typer.Option(
+    "--format", "-f", metavar="FORMAT", case_sensitive=False, show_default=False,
+    help="Output format: " + ", ".join(out_.FORMATS) + " (default: from -o's extension, else table; a table fits "
+         "the terminal, truncating text with … and leaving out columns that do not fit, as stderr says).")]
+OutOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", metavar="FILE", help="Write rows to this file; the format follows its extension (.csv .tsv "
+                                           ".json .jsonl .parquet .md).", show_default=False, dir_okay=False)]
+TimeUnitOpt = Annotated[TimeUnit | None, typer.Option(
+    "--timeunit", metavar="UNIT", case_sensitive=False, show_default=False,
+    help="Show times in ns, us, ms or s: columns named *_ns are converted and renamed *_us, *_ms or *_s (default: "
+         "integer ns as stored).")]
+RelativeOpt = Annotated[bool, typer.Option(
+    "--relative", help="Show timestamps (columns named start_ns, end_ns, first_ns, last_ns or ending _start_ns, "
+                       "_end_ns ...) as time since the job's first event instead of on the absolute timeline; "
+                       "durations are unchanged.")]
 LockOpt = Annotated[float, typer.Option("--lock-timeout", metavar="S",
                                         help="Seconds to wait for another process holding the database.")]
 
@@ -79,7 +115,7 @@ def _errors() -> Iterator[None]:
     except Nsys2CommError as e:
         if _state["debug"]:
             raise
-        out_.message(f"Error: {e.line()}")
+        out_.message(f"Error: {e.line()}" + _duckdb_detail(e))
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
         out_.message("Interrupted.")
@@ -91,10 +127,23 @@ def _errors() -> Iterator[None]:
 
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if isinstance(e, duckdb.Error):
-            out_.message(f"Error: {first} (check the SQL or the database; rerun with --debug for details)")
+            out_.message(f"Error: {first} (check the SQL or the database; rerun with --debug for details)"
+                         + _duckdb_detail(e))
         else:
             out_.message(f"Error: {type(e).__name__}: {first} (rerun with --debug for the traceback, and report it)")
         raise typer.Exit(EXIT_INPUT) from None
+
+
+def _duckdb_detail(e: BaseException) -> str:
+    """What DuckDB said after its first line (candidate bindings, LINE n with the caret), as lines to append,
+    for a DuckDB error or one of ours raised while handling it."""
+    import duckdb
+
+    src = e if isinstance(e, duckdb.Error) else (e.__cause__ or e.__context__)
+    said = str(src).strip() if isinstance(src, duckdb.Error) else ""
+    if not said or (src is not e and said in str(getattr(e, "what", ""))):
+        return ""  # nothing from DuckDB, or our message quotes it whole already
+    return "".join("\n" + line.rstrip() for line in said.splitlines()[1:] if line.strip())
 
 
 def _open(sources: list[str], *, write: bool = False, lock_timeout: float = 60.0) -> Job:
@@ -139,26 +188,27 @@ def _main(
 # ingest
 
 
-@app.command()
+@app.command(cls=_Command)
 def ingest(
-    paths: Annotated[list[str], typer.Argument(metavar="PATH...", show_default=False,
-                                               help="Trace files, directories (searched recursively) or quoted globs.")],
-    db: Annotated[Path, typer.Option("--db", help="Job database to create or add to.", dir_okay=False,
-                                     show_default=False)],
-    rank: Annotated[Optional[int], typer.Option("--rank", help="Rank of a single trace file whose rank the trace "
-                                                           "does not record.", show_default=False)] = None,
-    world_size: Annotated[Optional[int], typer.Option(
+    paths: Annotated[list[str], typer.Argument(
+        metavar="PATH", show_default=False, help="Trace files, directories (searched recursively) or quoted globs.")],
+    db: Annotated[Path, typer.Option("--db", metavar="FILE", help="Job database to create or add to.",
+                                     dir_okay=False, show_default=False)],
+    rank: Annotated[int | None, typer.Option("--rank", metavar="N", show_default=False,
+                                             help="Rank of a single trace file whose rank the trace does not "
+                                                  "record.")] = None,
+    world_size: Annotated[int | None, typer.Option(
         "--world-size", metavar="N", show_default=False,
         help="Number of ranks in the job, for traces that do not record it (used for group sizes only where the "
              "trace shows no other process group; noted in ingest_notes).")] = None,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Ingest the good files, list the bad ones, "
                                                                   "exit 1 if any failed.")] = False,
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel parsers (default: all cores).",
-                                                show_default=False)] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", metavar="N", min=1, show_default=False,
+                                             help="Parallel parsers (default: all cores).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no per-file lines "
                                                               "(failures are still reported).")] = False,
     lock_timeout: LockOpt = 60.0,
-    max_decompressed_gb: Annotated[Optional[float], typer.Option(
+    max_decompressed_gb: Annotated[float | None, typer.Option(
         "--max-decompressed-gb", metavar="G", min=0.0, show_default=False,
         help="Refuse a gzip trace that expands beyond G GiB (default: once it expands beyond 64 MiB and 100 × "
              "the compressed bytes read so far, or beyond 64 GiB).")] = None,
@@ -180,46 +230,14 @@ def ingest(
 
     with _errors():
         files = expand_paths(paths)
-        show_bar = _stderr_tty() and not quiet
-        failed: list[str] = []
-        counts = {"ingested": 0, "skipped": 0, "failed": 0}
-        progress = task = None
-        if show_bar:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            progress = Progress(TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
-            task = progress.add_task("", total=len(files))
-            progress.start()
-
-        def say(line: str) -> None:
-            if progress is not None:
-                progress.console.print(line, markup=False, highlight=False)
-            else:
-                out_.message(line)
-
-        def on_file(res) -> None:
-            counts[res.status] = counts.get(res.status, 0) + 1
-            if res.status == "failed":
-                failed.append(res.message or res.path)
-                say(f"failed    {res.message or res.path}")
-            elif not quiet:
-                if res.status == "ingested":
-                    ranks = ", ".join(map(str, res.ranks)) if res.ranks else "?"
-                    say(f"ingested  {res.path} (rank{'s' if len(res.ranks) != 1 else ''} {ranks})")
-                else:
-                    say(f"skipped   {res.path}: {res.message or 'already ingested'}")
-            if progress is not None:
-                progress.update(task, advance=1, description=Path(res.path).name)
-
         limits = {"max_event_bytes": int(max_event_mb * (1 << 20))}
         if max_decompressed_gb is not None:
             limits["max_decompressed_bytes"] = int(max_decompressed_gb * (1 << 30))
         created = not db.exists()
+        report = _IngestReport(len(files), quiet=quiet)
         try:
             job = Job.ingest(files, db=db, rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs,
-                             lock_timeout_s=lock_timeout, on_file=on_file, read_extra=limits)
+                             lock_timeout_s=lock_timeout, on_file=report.on_file, read_extra=limits)
             job.close()
         except BaseException as e:
             if created:
@@ -228,16 +246,61 @@ def ingest(
                 e.hint += "; --keep-going ingests the other files"
             raise
         finally:
-            if progress is not None:
-                progress.stop()
-        if created and not counts["ingested"]:
+            report.stop()
+        if created and not report.counts["ingested"]:
             _remove_db(db)
-        if not quiet:
-            out_.message(f"{counts['ingested']} ingested, {counts['skipped']} skipped, {counts['failed']} failed → "
+        report.finish(db, len(files))
+
+
+class _IngestReport:
+    """Per-file lines on stderr (above a progress bar on a terminal) and the closing count."""
+
+    def __init__(self, n_files: int, *, quiet: bool):
+        self.quiet, self.failed = quiet, []
+        self.counts = {"ingested": 0, "skipped": 0, "failed": 0}
+        self.progress = self.task = None
+        if _stderr_tty() and not quiet:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                     TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
+            self.task = self.progress.add_task("", total=n_files)
+            self.progress.start()
+
+    def say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress.console.print(line, markup=False, highlight=False)
+        else:
+            out_.message(line)
+
+    def on_file(self, res) -> None:
+        self.counts[res.status] = self.counts.get(res.status, 0) + 1
+        if res.status == "failed":
+            self.failed.append(res.message or res.path)
+            self.say(f"failed    {res.message or res.path}")
+        elif self.quiet:
+            pass
+        elif res.status == "ingested":
+            ranks = ", ".join(map(str, res.ranks)) if res.ranks else "?"
+            self.say(f"ingested  {res.path} (rank{'s' if len(res.ranks) != 1 else ''} {ranks})")
+        else:
+            self.say(f"skipped   {res.path}: {res.message or 'already ingested'}")
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, description=Path(res.path).name)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def finish(self, db: Path, n_files: int) -> None:
+        c = self.counts
+        if not self.quiet:
+            out_.message(f"{c['ingested']} ingested, {c['skipped']} skipped, {c['failed']} failed → "
                          + (f"{db}" if db.exists() else "no database written"))
-        if failed:
-            out_.message(f"Error: {len(failed)} of {len(files)} file(s) could not be ingested:")
-            for line in failed:
+        if self.failed:
+            out_.message(f"Error: {len(self.failed)} of {n_files} file(s) could not be ingested:")
+            for line in self.failed:
                 out_.message(f"  {line}")
             raise typer.Exit(EXIT_INPUT)
 
@@ -252,22 +315,23 @@ def _remove_db(db: Path) -> None:
 # summary
 
 
-@app.command()
+@app.command(cls=_Command)
 def summary(
     sources: SourcesArg,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON (stable keys, 'schema_version').")]
     = False,
-    max_exposed_comm_pct: Annotated[Optional[float], typer.Option(
+    max_exposed_comm_pct: Annotated[float | None, typer.Option(
         metavar="X", help="Exit 3 if exposed communication exceeds X % of GPU-busy time.", show_default=False)] = None,
-    min_overlap_pct: Annotated[Optional[float], typer.Option(
-        metavar="X", help="Exit 3 if less than X % of communication time overlaps compute.", show_default=False)] = None,
-    max_small_p2p_pct: Annotated[Optional[float], typer.Option(
+    min_overlap_pct: Annotated[float | None, typer.Option(
+        metavar="X", show_default=False,
+        help="Exit 3 if less than X % of communication time overlaps compute.")] = None,
+    max_small_p2p_pct: Annotated[float | None, typer.Option(
         metavar="X", help="Exit 3 if p2p messages below n½ (64 KiB without a fit) take more than X % of "
         "p2p transfer time.", show_default=False)] = None,
-    max_latency_bound_pct: Annotated[Optional[float], typer.Option(
+    max_latency_bound_pct: Annotated[float | None, typer.Option(
         metavar="X", help="Exit 3 if latency-bound operations (below n½ of their α-β fit) take more than X % of "
         "communication transfer time.", show_default=False)] = None,
-    max_skew_ms: Annotated[Optional[float], typer.Option(
+    max_skew_ms: Annotated[float | None, typer.Option(
         metavar="X", help="Exit 3 if ranks start one collective more than X ms apart.", show_default=False)] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 3 also when a threshold could not be evaluated "
                                                           "(its metric is not available).")] = False,
@@ -321,14 +385,14 @@ def summary(
 # report
 
 
-@app.command()
+@app.command(cls=_Command)
 def report(
     sources: SourcesArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (self-contained, works offline).",
-                                         dir_okay=False, show_default=False)],
-    png_dir: Annotated[Optional[Path], typer.Option("--png-dir", metavar="DIR", help="Also write each chart as PNG here.",
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", dir_okay=False, show_default=False,
+                                         help="HTML file to write (self-contained, works offline).")],
+    png_dir: Annotated[Path | None, typer.Option("--png-dir", metavar="DIR", help="Also write each chart as PNG here.",
                                                     file_okay=False, show_default=False)] = None,
-    svg_dir: Annotated[Optional[Path], typer.Option("--svg-dir", metavar="DIR", help="Also write each chart as SVG here.",
+    svg_dir: Annotated[Path | None, typer.Option("--svg-dir", metavar="DIR", help="Also write each chart as SVG here.",
                                                     file_okay=False, show_default=False)] = None,
 ) -> None:
     """Write the self-contained HTML report of a job (charts and tables of the catalog analyses).
@@ -349,16 +413,18 @@ def report(
 # query and sql
 
 
-@app.command()
+@app.command(cls=_Command)
 def query(
     sources: SourcesArg,
     name: Annotated[str, typer.Argument(metavar="NAME", show_default=False,
                                         help="Catalog query name (see 'nsys2comm queries list').")],
-    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", metavar="KEY=VALUE",
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", metavar="KEY=VALUE",
                                                        help="Parameter of the query (repeatable).",
                                                        show_default=False)] = None,
     fmt: FormatOpt = None,
     output: OutOpt = None,
+    timeunit: TimeUnitOpt = None,
+    relative: RelativeOpt = False,
 ) -> None:
     """Run a documented catalog query and print its rows.
 
@@ -366,27 +432,48 @@ def query(
     Example:
       nsys2comm query run.duckdb step_timeline -p max_segments=50 --format csv
       nsys2comm query fixtures/example run_overview -o overview.parquet
+      nsys2comm query run.duckdb comm_kernels --timeunit us --relative
     """
     with _errors():
         params = parse_params(param)
         out_.infer_format(fmt, output)  # usage errors before any work
-        if catalog.find(name) is None or not catalog.find(name).public:
-            run_query(None, name, params)  # raises the 'no query named' usage error with suggestions
+        _check_query(name, params)
         job = _open(sources)
         df = job.query(name, **params)
-        out_.write_rows(df, fmt=fmt, out=output)
+        _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative)
         job.close()
 
 
-@app.command()
+def _check_query(name: str, params: dict) -> None:
+    """The API's usage errors, with the commands that help."""
+    try:
+        check_query(name, params)
+    except UnknownQuery as e:
+        e.hint = (e.hint + " " if e.hint else "") + "see 'nsys2comm queries list'"
+        raise
+    except HelperNotRunnable as e:
+        e.hint += f" with 'nsys2comm sql'; see 'nsys2comm queries show {e.name}'"
+        raise
+
+
+def _write_rows(job: Job, df, *, fmt, output, timeunit: TimeUnit | None, relative: bool) -> None:
+    if timeunit is not None or relative:
+        origin = job_start_ns(job.con) if relative else None
+        df = out_.convert_times(df, timeunit or TimeUnit.ns, relative=relative, origin_ns=origin)
+    out_.write_rows(df, fmt=fmt, out=output)
+
+
+@app.command(cls=_Command)
 def sql(
     source: Annotated[str, typer.Argument(metavar="DB_OR_TRACES", show_default=False,
                                           help="A job database, or a trace file, directory or quoted glob.")],
-    text: Annotated[Optional[str], typer.Argument(metavar="SQL", show_default=False,
+    text: Annotated[str | None, typer.Argument(metavar="SQL", show_default=False,
                                                   help="SQL statements; '-' or nothing reads them from stdin.")] = None,
     write: Annotated[bool, typer.Option("--write", help="Allow statements that change the database.")] = False,
     fmt: FormatOpt = None,
     output: OutOpt = None,
+    timeunit: TimeUnitOpt = None,
+    relative: RelativeOpt = False,
     lock_timeout: LockOpt = 60.0,
 ) -> None:
     """Run SQL on a job database; prints the rows of the last statement. Read-only unless --write.
@@ -405,11 +492,17 @@ def sql(
                 raise UsageError("no SQL given", hint='pass it as an argument, or "-" to read it from stdin')
             text = sys.stdin.read()
         job = _open([source], write=write, lock_timeout=lock_timeout)
-        df = job.sql(text, write=write)
+        try:
+            df = job.sql(text, write=write)
+        except InputError as e:
+            if "read-only" in e.what:  # the API says how to open for writing; here that is --write
+                e.hint = "add --write to change it" + (", or use CREATE TEMP for scratch objects"
+                                                       if "CREATE TEMP" in (e.hint or "") else "")
+            raise
         if write:
             _refresh_after_write(job)
         if df.width:
-            out_.write_rows(df, fmt=fmt, out=output)
+            _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative)
         job.close()
 
 
@@ -418,15 +511,13 @@ def _refresh_after_write(job: Job) -> None:
     cannot be refreshed is dropped; either way no later session reads sweeps of the old data."""
     import duckdb
 
-    from .analysis import drop_cache, refresh_cache
+    from .cache import drop_cache, refresh_cache
 
     try:
         refresh_cache(settle(job.con))
     except duckdb.Error:
-        try:
+        with contextlib.suppress(duckdb.Error):  # the content key still keeps readers off it
             drop_cache(job.con)
-        except duckdb.Error:
-            pass  # the content key still keeps readers off it
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -450,7 +541,7 @@ def catalog_rows():
                         schema={"name": pl.String, "area": pl.String, "description": pl.String})
 
 
-@queries_app.command("list")
+@queries_app.command("list", cls=_Command)
 def queries_list(fmt: FormatOpt = None, output: OutOpt = None) -> None:
     """List the catalog's queries: name, area, one-line description.
 
@@ -463,9 +554,10 @@ def queries_list(fmt: FormatOpt = None, output: OutOpt = None) -> None:
         out_.write_rows(catalog_rows(), fmt=fmt, out=output)
 
 
-@queries_app.command("show")
+@queries_app.command("show", cls=_Command)
 def queries_show(
-    name: Annotated[str, typer.Argument(help="Catalog name (see 'nsys2comm queries list').", show_default=False)],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Catalog name (see 'nsys2comm queries list').",
+                                        show_default=False)],
     json_: Annotated[bool, typer.Option("--json", help="As a JSON document.")] = False,
 ) -> None:
     """Show one catalog object: description, parameters, columns with their docs, and its SQL.
@@ -477,10 +569,10 @@ def queries_show(
     with _errors():
         obj = catalog.find(name)
         if obj is None:
-            names = [o.name for o in catalog.load_catalog()]
-            close = [n for n in names if name.lower() in n.lower()][:3]
+            names = [o.name for o in catalog.load_catalog() if o.public]
+            close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
             raise UsageError(f"no catalog object named {name!r}",
-                             hint=("did you mean " + ", ".join(close) + "? " if close else "")
+                             hint=(f"did you mean {' or '.join(close)}? " if close else "")
                              + "see 'nsys2comm queries list'")
         if json_:
             out_.write_document({"name": obj.name, "kind": obj.kind, "area": obj.area,
@@ -501,9 +593,9 @@ def queries_show(
         out_.text("\n".join(lines))
 
 
-@app.command()
+@app.command(cls=_Command)
 def schema(
-    source: Annotated[Optional[str], typer.Argument(metavar="[DB]", show_default=False,
+    source: Annotated[str | None, typer.Argument(metavar="DB", show_default=False,
                                                     help="A job database: adds column types and the DB's own "
                                                          "COMMENT ON docs.")] = None,
     fmt: FormatOpt = None,

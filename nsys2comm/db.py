@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import analysis, catalog
+from . import catalog
 from .errors import InputError
 
 SCHEMA_VERSION = 1  # bump when the canonical tables change incompatibly
@@ -143,7 +143,9 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
         own = str(Path(path).resolve())
         seal_read_only(con, [own, own + ".wal"])
         _install_temp_objects(con)
-        analysis.use_cache(con)
+        from .cache import use_cache  # late: cache builds on this module
+
+        use_cache(con)
     except BaseException:
         con.close()
         raise

@@ -23,3 +23,22 @@ class InputError(Nsys2CommError):
 
 class UsageError(Nsys2CommError):
     exit_code = 2
+
+
+class UnknownQuery(UsageError):
+    """A name that is no runnable catalog query; ``suggestions`` are close names."""
+
+    def __init__(self, name: str, suggestions: list[str]):
+        self.name, self.suggestions = name, suggestions
+        super().__init__(f"no query named {name!r}",
+                         hint=f"did you mean {' or '.join(suggestions)}?" if suggestions else None)
+
+
+class HelperNotRunnable(UsageError):
+    """A catalog macro that takes table names: it is called from SQL, not run on its own."""
+
+    def __init__(self, name: str, required: list[str]):
+        self.name = name
+        args = ", ".join(required)
+        super().__init__(f"{name} is a SQL helper taking table names ({args}), not a query to run on its own",
+                         hint=f"call it in SQL: SELECT * FROM {name}({args})")

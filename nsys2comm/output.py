@@ -6,20 +6,24 @@ Design decisions (sqlite-utils / hf / harlequin habits):
   ``nsys2comm query run.duckdb overlap_by_rank --format csv > x.csv`` gives a clean file.
 * ``--format`` is one of :data:`FORMATS`; with ``-o PATH`` and no ``--format`` the format comes from the file
   extension (:func:`infer_format`). ``parquet`` is binary and needs ``-o``.
-* Values are not converted: times stay integer nanoseconds, sizes integer bytes. Float NaN becomes ``null``
-  (JSON) or an empty field (CSV/TSV). Nested values (lists, structs) are written as JSON text in CSV/TSV/markdown.
-* Only ``table`` is for eyes: it rounds floats for display and sizes itself to the terminal. Every other format is
-  exact and complete.
+* Values are not converted unless asked: times stay integer nanoseconds, sizes integer bytes. ``--timeunit``
+  and ``--relative`` (:func:`convert_times`) rescale the ``*_ns`` columns and rename them to the new unit. Float
+  NaN becomes ``null`` (JSON) or an empty field (CSV/TSV). Nested values (lists, structs) are written as JSON text
+  in CSV/TSV/markdown.
+* Only ``table`` is for eyes: it rounds floats for display and, on a terminal, fits its width the way the duckdb
+  CLI does: numbers are never cut, long text is truncated with "…", and columns that do not fit are left out with
+  a note on stderr. Every other format is exact and complete.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import re
 import sys
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,7 +33,7 @@ import polars as pl
 from .errors import UsageError
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     """Output formats accepted by ``--format``."""
 
     table = "table"
@@ -64,6 +68,10 @@ def infer_format(fmt: str | Format | None, out: str | Path | None) -> str:
         fmt = fmt.value if isinstance(fmt, Format) else str(fmt)
         if fmt not in FORMATS:
             raise UsageError(f"unknown format {fmt!r}", hint="choose one of " + ", ".join(FORMATS))
+        implied = _extension_format(out)
+        if implied not in (None, fmt, "table"):  # .txt takes any text format
+            raise UsageError(f"--format {fmt} contradicts the extension of {out}, which means {implied}",
+                             hint="drop --format or change the file name")
     elif out is not None and str(out) != "-":
         suffix = Path(str(out)).suffix.lower()
         fmt = EXTENSIONS.get(suffix)
@@ -75,6 +83,65 @@ def infer_format(fmt: str | Format | None, out: str | Path | None) -> str:
     if fmt == "parquet" and (out is None or str(out) == "-"):
         raise UsageError("parquet is a binary format and needs a file", hint="add -o rows.parquet")
     return fmt
+
+
+def _extension_format(out: str | Path | None) -> str | None:
+    if out is None or str(out) == "-":
+        return None
+    return EXTENSIONS.get(Path(str(out)).suffix.lower())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# time units: catalog columns hold integer ns; display may rescale them, keeping the unit in the column name
+
+
+class TimeUnit(StrEnum):
+    """Units accepted by ``--timeunit``."""
+
+    ns = "ns"
+    us = "us"
+    ms = "ms"
+    s = "s"
+
+
+_NS_PER_UNIT = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+# epoch timestamps (start_ns, window_start_ns, first_ns, span_end_ns ...), as opposed to durations (span_ns)
+_TIMESTAMP = re.compile(r"(^|_)(start|end|first|last)_ns$")
+
+
+def is_timestamp_column(name: str) -> bool:
+    """True for a column named as a point on the job timeline, e.g. ``start_ns`` or ``span_end_ns``."""
+    return bool(_TIMESTAMP.search(name))
+
+
+def convert_times(df: pl.DataFrame, unit: str | TimeUnit = "ns", *, relative: bool = False,
+                  origin_ns: int | None = None) -> pl.DataFrame:
+    """Numeric ``*_ns`` columns in ``unit``, renamed ``*_us``/``*_ms``/``*_s``; unchanged for ``ns``.
+
+    With ``relative``, timestamp columns (:func:`is_timestamp_column`) count from ``origin_ns`` (the job start),
+    or from the earliest timestamp in ``df`` when no origin is given. Durations are never shifted. A column whose
+    new name is already taken keeps its ns.
+    """
+    unit = unit.value if isinstance(unit, TimeUnit) else str(unit)
+    if unit not in _NS_PER_UNIT:
+        raise UsageError(f"unknown time unit {unit!r}", hint="choose one of " + ", ".join(_NS_PER_UNIT))
+    ns_cols = [n for n, t in df.schema.items() if n.endswith("_ns") and t.is_numeric()]
+    stamps = [n for n in ns_cols if is_timestamp_column(n)]
+    if relative and stamps and origin_ns is None:
+        origin_ns = df.select(pl.min_horizontal([pl.col(n).min() for n in stamps])).item()
+    exprs = []
+    for name in ns_cols:
+        new_name = name[:-3] + "_" + unit
+        if new_name != name and new_name in df.columns:
+            continue
+        col = pl.col(name)
+        if relative and name in stamps and origin_ns is not None:
+            col = col - origin_ns
+        if unit != "ns":  # polars divides by multiplying with the reciprocal: round away its last-bit noise
+            col = (col.cast(pl.Float64) / _NS_PER_UNIT[unit]).round(len(str(_NS_PER_UNIT[unit])) - 1)
+        exprs.append(col.alias(name))
+    renames = {n: n[:-3] + "_" + unit for n in ns_cols if n[:-3] + "_" + unit not in df.columns}
+    return df.with_columns(exprs).rename(renames) if exprs else df
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -135,32 +202,87 @@ def _cell_text(v: Any, *, for_table: bool) -> str:
         return dumps(v).decode()
     if isinstance(v, (datetime, date, time)):
         return v.isoformat()
-    return str(v)
+    return str(v).replace("\n", " ") if for_table else str(v)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # writers
 
 
-def _write_table(df: pl.DataFrame, stream: IO[str]) -> None:
+_TEXT_MIN_WIDTH = 20  # a truncated text column keeps at least this many cells (or its header's width)
+_COLUMN_GAP = 2  # rich puts one cell of padding on each side of a column boundary
+
+
+def _layout(names: list[str], cells: list[list[str]], fixed: list[bool], width: int | None) -> list[int | None]:
+    """Width of each column, or None for a column left out; ``width=None`` means unlimited.
+
+    Fixed columns (numbers, dates) get their full width; text columns shrink to a floor. Columns are kept from the
+    left while their floors fit; the room left over is shared fairly among the text columns that want more.
+    """
+    from rich.cells import cell_len
+
+    natural = [max([cell_len(n), *map(cell_len, col)]) for n, col in zip(names, cells, strict=True)]
+    if width is None:
+        return list(natural)
+    floor = [n if f else min(n, max(_TEXT_MIN_WIDTH, cell_len(h)))
+             for n, f, h in zip(natural, fixed, names, strict=True)]
+    widths: list[int | None] = [None] * len(names)
+    used = 0
+    for i, least in enumerate(floor):
+        need = least + (_COLUMN_GAP if i else 0)
+        if i and used + need > width:
+            break  # this and all later columns are left out
+        widths[i], used = least, used + need
+    spare = max(width - used, 0)
+    wanting = sorted((natural[i] - w, i) for i, w in enumerate(widths) if w is not None and natural[i] > w)
+    for k, (want, i) in enumerate(wanting):
+        give = min(want, spare // (len(wanting) - k))
+        widths[i] += give
+        spare -= give
+    return widths
+
+
+def render_table(df: pl.DataFrame, *, width: int | None = None, bold_header: bool = False) -> tuple[str, list[str]]:
+    """The table as text no wider than ``width`` (None: as wide as it needs), and the names of left-out columns."""
     from rich.console import Console
     from rich.table import Table
 
-    tty = hasattr(stream, "isatty") and stream.isatty()
-    # Off a terminal the table must not wrap at 80 columns: give it the room it needs.
-    console = Console(file=stream, highlight=False, emoji=False, markup=False)
-    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold" if tty else None)
+    fixed = [not (t == pl.String or t == pl.Categorical or t.is_nested() or t == pl.Object)
+             for t in df.schema.values()]
+    cells = [[_cell_text(v, for_table=True) for v in df.get_column(n).to_list()] for n in df.columns]
+    widths = _layout(df.columns, cells, fixed, width)
+    shown = [i for i, w in enumerate(widths) if w is not None]
     numeric = {n for n, t in df.schema.items() if t.is_numeric()}
-    for name in df.columns:
-        table.add_column(name, justify="right" if name in numeric else "left", overflow="fold")
-    for row in df.iter_rows():
-        table.add_row(*[_cell_text(v, for_table=True) for v in row])
-    if tty:
-        console.print(table)
-        return
+    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold" if bold_header else None)
+    for i in shown:
+        name = df.columns[i]
+        # a fixed column's width is its full width, so only text is ever cut; "…" would show any slip
+        table.add_column(name, justify="right" if name in numeric else "left", width=widths[i], no_wrap=True,
+                         overflow="ellipsis")
+    for r in range(df.height):
+        table.add_row(*[cells[i][r] for i in shown])
     buf = io.StringIO()
-    Console(file=buf, width=100_000, no_color=True, highlight=False, emoji=False, markup=False).print(table)
-    stream.write("".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines()))
+    total = sum(w for w in widths if w is not None) + _COLUMN_GAP * max(len(shown) - 1, 0)
+    Console(file=buf, width=max(total, 1), no_color=not bold_header, force_terminal=bold_header or None,
+            highlight=False, emoji=False, markup=False).print(table)
+    text = "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
+    return text, [n for n, w in zip(df.columns, widths, strict=True) if w is None]
+
+
+def _write_table(df: pl.DataFrame, stream: IO[str], stderr: IO | None = None) -> None:
+    """On a terminal: fit its width and say which columns were left out. Elsewhere: every column in full."""
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    width = None
+    if tty:
+        from rich.console import Console
+
+        width = Console(file=stream).width
+    text, dropped = render_table(df, width=width, bold_header=tty)
+    stream.write(text)
+    stream.flush()
+    if dropped:
+        message(f"{len(dropped)} column{'s' if len(dropped) != 1 else ''} not shown (the terminal is {width} "
+                f"wide): {', '.join(dropped)}; use --format csv or -o FILE for every column", stderr=stderr)
 
 
 def _write_markdown(df: pl.DataFrame, stream: IO[str]) -> None:
@@ -223,7 +345,7 @@ def write_rows(df: pl.DataFrame, *, fmt: str | Format | None = None, out: str | 
             message(f"wrote {df.height} row{'s' if df.height != 1 else ''} ({fmt}) to {path}", stderr=stderr)
         return fmt
     if fmt == "table":
-        _write_table(df, stdout)
+        _write_table(df, stdout, stderr)
     else:
         data = render(df, fmt)
         try:
@@ -235,9 +357,7 @@ def write_rows(df: pl.DataFrame, *, fmt: str | Format | None = None, out: str | 
 
 
 def _table_plain(df: pl.DataFrame) -> bytes:
-    buf = io.StringIO()
-    _write_table(df, buf)
-    return buf.getvalue().encode()
+    return render_table(df)[0].encode()
 
 
 def _nested_safe_parquet(df: pl.DataFrame, path: Path) -> None:

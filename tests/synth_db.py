@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import duckdb
 
 from fixtures import synthetic as syn

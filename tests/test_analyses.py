@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import synth_db  # noqa: E402
 
 from fixtures import synthetic as syn  # noqa: E402
-from nsys2comm import analysis, catalog  # noqa: E402
-from nsys2comm.errors import InputError  # noqa: E402
+from nsys2comm import analysis, cache, catalog  # noqa: E402
+from nsys2comm.errors import UsageError  # noqa: E402
 
 US = syn.US
 
@@ -43,7 +43,7 @@ class _Set:
 
 def _measure(pred, *sets):
     pts = sorted({t for st_ in sets for iv in st_.iv for t in iv})
-    return sum(b - a for a, b in zip(pts, pts[1:]) if pred(*(x.covers(a, b) for x in sets)))
+    return sum(b - a for a, b in zip(pts, pts[1:], strict=False) if pred(*(x.covers(a, b) for x in sets)))
 
 
 def test_overlap_by_rank_matches_brute_force(con, run):
@@ -172,7 +172,7 @@ def test_hta_compat_on_synthetic(con, run):
     hta = analysis.run_query(con, "overlap_by_rank", {"compat": "hta"}).sort("rank")
     step1 = analysis.run_query(con, "overlap_by_step").filter(pl.col("step_ord") == 1).sort("rank")
     per_step_kernels = len(run.ranks[0].comm) // 2
-    for h, s in zip(hta.iter_rows(named=True), step1.iter_rows(named=True)):
+    for h, s in zip(hta.iter_rows(named=True), step1.iter_rows(named=True), strict=False):
         assert s["comm_ns"] - per_step_kernels * US < h["comm_ns"] <= s["comm_ns"]
         assert h["comm_ns"] % US == 0
         assert h["comm_overlap_pct"] == round(h["comm_overlap_pct"], 2)
@@ -192,25 +192,27 @@ def test_empty_db_every_object_runs():
 
 
 def test_run_query_validation(con):
-    with pytest.raises(InputError):
+    with pytest.raises(UsageError):
         analysis.run_query(con, "kernels")
-    with pytest.raises(InputError):
+    with pytest.raises(UsageError):
         analysis.run_query(con, "overlap_by_rank; DROP TABLE kernels")
-    with pytest.raises(InputError):
+    with pytest.raises(UsageError):
         analysis.run_query(con, "overlap_by_rank", {"bogus": 1})
-    # values are bound, never pasted: a hostile value is just an unknown mode
-    df = analysis.run_query(con, "overlap_by_rank", {"compat": "'; DROP TABLE kernels; --"})
-    assert df.height == 4 and con.execute("SELECT count(*) FROM kernels").fetchall()[0][0] > 0
+    # a value that is not one of the documented choices is refused before any SQL runs; values are bound anyway
+    with pytest.raises(UsageError, match="compat"):
+        analysis.run_query(con, "overlap_by_rank", {"compat": "'; DROP TABLE kernels; --"})
+    assert con.execute("SELECT count(*) FROM kernels").fetchall()[0][0] > 0
+    assert analysis.run_query(con, "overlap_by_rank", {"compat": "hta"}).height == 4
 
 
 def test_materialize_gives_same_results(con):
     before = analysis.run_query(con, "overlap_by_rank")
-    analysis.materialize(con)
+    cache.materialize(con)
     try:
         assert analysis.run_query(con, "overlap_by_rank").equals(before)
         assert analysis.run_query(con, "overlap_by_step").height == 8
     finally:
-        analysis.unmaterialize(con)
+        cache.unmaterialize(con)
     assert analysis.run_query(con, "overlap_by_rank").equals(before)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import analysis, db
+from nsys2comm import analysis, cache, db
 from nsys2comm.ingest import ingest
 
 HTA_2RANK = Path("/work/shared/traces/kineto/hta_trace_filter_2rank")
@@ -73,7 +73,7 @@ def test_writable_session_never_reads_the_cache(tmp_path, files):
     path = tmp_path / "job.duckdb"
     _ingest(path, files)
     rw = db.connect(path, write=True)
-    assert not analysis.use_cache(rw) and not _uses_cache(rw)
+    assert not cache.use_cache(rw) and not _uses_cache(rw)
     rw.execute("DELETE FROM kernels WHERE kernel_class = 'gemm'")
     assert analysis.run_query(rw, "overlap_by_rank")["gemm_ns"].to_list() == [0, 0, 0]
     rw.close()
@@ -114,7 +114,7 @@ def test_killed_ingest_leaves_no_stale_numbers_and_the_next_ingest_repairs(tmp_p
     def killed(con):
         raise KeyboardInterrupt  # the process died after the file's transaction, before the refresh
 
-    monkeypatch.setattr(analysis, "refresh_cache", killed)
+    monkeypatch.setattr(cache, "refresh_cache", killed)
     con = db.connect(path, write=True)
     with pytest.raises(KeyboardInterrupt):
         ingest(con, files[1:], jobs=1)
@@ -134,7 +134,7 @@ def test_killed_ingest_leaves_no_stale_numbers_and_the_next_ingest_repairs(tmp_p
 def test_new_catalog_sql_invalidates(tmp_path, files, monkeypatch):
     path = tmp_path / "job.duckdb"
     _ingest(path, files)
-    monkeypatch.setattr(analysis, "_catalog_digest", lambda: "another-version")
+    monkeypatch.setattr(cache, "_catalog_digest", lambda: "another-version")
     ro = db.connect(path)
     assert not _uses_cache(ro)
     ro.close()

@@ -33,7 +33,7 @@ def _identifiers(sql: str) -> set[str]:
     """Names used in code (DuckDB's own tokenizer: not in strings or comments)."""
     toks = duckdb.tokenize(sql)
     ends = [p for p, _ in toks[1:]] + [len(sql)]
-    return {re.match(r"[A-Za-z_][A-Za-z0-9_]*", sql[p:e]).group(0) for (p, t), e in zip(toks, ends)
+    return {re.match(r"[A-Za-z_][A-Za-z0-9_]*", sql[p:e]).group(0) for (p, t), e in zip(toks, ends, strict=False)
             if t == duckdb.token_type.identifier and re.match(r"[A-Za-z_]", sql[p:e])}
 
 

@@ -256,9 +256,15 @@ def test_sql_is_read_only_unless_write(db, tmp_path):
     assert r.exit_code == 1 and "--write" in r.stderr
 
 
-def test_sql_error_is_one_line(db):
-    r = run("sql", db, "SELECT * FROM no_such_table")
-    assert r.exit_code == 1 and r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
+def test_sql_error_keeps_what_duckdb_said(db):
+    r = run("sql", db, "SELECT rnk FROM ranks")
+    assert r.exit_code == 1 and r.stderr.startswith("Error: ") and "Traceback" not in r.stderr
+    assert 'Referenced column "rnk" not found' in r.stderr and 'Candidate bindings: "rank"' in r.stderr
+    r = run("sql", db, "SELEC rank FROM ranks")
+    lines = r.stderr.splitlines()
+    assert r.exit_code == 1 and "syntax error" in lines[0]
+    line = next(i for i, s in enumerate(lines) if s.startswith("LINE 1: SELEC rank FROM ranks"))
+    assert lines[line + 1].strip() == "^^^^^" and lines[line + 1].index("^") == lines[line].index("SELEC")
 
 
 # ----------------------------------------------------------------------------------------------- catalog, schema
@@ -274,7 +280,7 @@ def test_queries_list_formats(fmt):
 def test_queries_show():
     r = run("queries", "show", "step_timeline")
     assert r.exit_code == 0
-    for part in ("Parameters:", "max_segments", "Columns:", "start_us", "SQL:", "CREATE OR REPLACE MACRO"):
+    for part in ("Parameters:", "max_segments", "Columns:", "window_start_ns", "SQL:", "CREATE OR REPLACE MACRO"):
         assert part in r.stdout
     doc = json.loads(run("queries", "show", "step_timeline", "--json").stdout)
     assert doc["name"] == "step_timeline" and "max_segments" in doc["params"]
@@ -312,7 +318,7 @@ def test_summary_text_and_json(db):
     assert list(s) == SUMMARY_KEYS and s["schema_version"] == 1 and s["ranks"] == 8 and s["ok"] is True
 
 
-def _fake_summary(con):
+def _fake_summary(con, failed_files=None):
     from nsys2comm.summary import SCHEMA_VERSION, SUMMARY_KEYS
 
     s = {k: None for k in SUMMARY_KEYS}
@@ -342,7 +348,7 @@ def test_summary_thresholds_exit_3(db, monkeypatch, opt, limit, code):
 
 
 def test_summary_threshold_on_missing_metric_is_not_a_violation(db, monkeypatch):
-    def no_data(con):
+    def no_data(con, failed_files=None):
         s = _fake_summary(con)
         s["max_skew_ms"] = None
         return s
@@ -433,3 +439,118 @@ def test_bundled_example_is_intact():
     for f in EXAMPLE_FILES:
         with gzip.open(f) as g:
             assert g.read(64).lstrip().startswith(b"{")
+
+
+# ----------------------------------------------------------------------------------------------- usage errors
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "-3", "2.5", "true", "inf"])
+def test_bad_count_parameter_is_a_one_line_usage_error(db, value):
+    r = run("query", db, "step_timeline", "-p", f"max_segments={value}")
+    assert r.exit_code == 2, r.output
+    assert len(r.stderr.strip().splitlines()) == 1 and "max_segments" in r.stderr
+    assert "Binder Error" not in r.stderr and "Conversion Error" not in r.stderr
+
+
+def test_bad_parameter_values_name_the_parameter(db):
+    r = run("query", db, "overlap_by_rank", "-p", "compat=bogus")
+    assert r.exit_code == 2 and "compat" in r.stderr and "'hta'" in r.stderr
+    r = run("query", db, "step_timeline", "-p", "pick_step=abc")  # caught from DuckDB's cast, still named
+    assert r.exit_code == 2 and "pick_step" in r.stderr and "Conversion Error" not in r.stderr
+    r = run("query", db, "step_timeline", "-p", "max_segments=3.0", "-f", "json")  # a whole float is a count
+    assert r.exit_code == 0, r.output
+
+
+def test_interval_helpers_are_refused_up_front_with_how_to_use_them(db):
+    for name in [o.name for o in __import__("nsys2comm").catalog.public_queries() if o.required_params]:
+        r = run("query", db, name)
+        assert r.exit_code == 2, name
+        assert f"nsys2comm queries show {name}" in r.stderr and "Binder" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_misspelled_names_get_did_you_mean(db):
+    r = run("query", db, "overlap_by_rnk")
+    assert r.exit_code == 2 and "did you mean overlap_by_rank" in r.stderr and "queries list" in r.stderr
+    r = run("queries", "show", "step_timelin")
+    assert r.exit_code == 2 and "did you mean step_timeline" in r.stderr
+
+
+def test_format_contradicting_the_output_extension_is_a_usage_error(db, tmp_path):
+    out = tmp_path / "x.json"
+    r = run("query", db, "run_overview", "-f", "csv", "-o", out)
+    assert r.exit_code == 2 and "contradicts" in r.stderr and not out.exists()
+    r = run("sql", db, "SELECT 1 AS a", "-f", "json", "-o", tmp_path / "x.csv")
+    assert r.exit_code == 2
+
+
+def test_api_query_errors_do_not_mention_cli_flags(db):
+    from nsys2comm.errors import UsageError
+
+    with Job.open(db) as job:
+        for name, params in [("overlap_by_rnk", {}), ("intervals_union", {}), ("step_timeline", {"max_segments": -1}),
+                             ("step_timeline", {"max_segments": "abc"}), ("step_timeline", {"bogus": 1}),
+                             ("run_overview", {"x": 1})]:
+            with pytest.raises(UsageError) as e:
+                job.query(name, **params)
+            line = e.value.line()
+            assert "nsys2comm" not in line and " -p" not in line and "--" not in line, line
+
+
+# ----------------------------------------------------------------------------------------------- time units
+
+
+def test_timeunit_converts_and_renames_ns_columns(db):
+    plain = json.loads(run("query", db, "overlap_by_rank", "-f", "json").stdout)
+    r = run("query", db, "overlap_by_rank", "-f", "json", "--timeunit", "ms")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert not any(k.endswith("_ns") for k in rows[0]) and "span_ms" in rows[0]
+    assert rows[0]["span_ms"] == plain[0]["span_ns"] / 1e6
+    assert rows[0]["span_start_ms"] == plain[0]["span_start_ns"] / 1e6  # absolute unless --relative
+
+
+def test_relative_counts_timestamps_from_the_job_start(db):
+    first = " UNION ALL ".join(f"SELECT min(start_ns) AS t FROM {t}" for t in ("kernels", "mem_ops", "api_calls",
+                                                                               "cpu_ranges"))
+    start = json.loads(run("sql", db, f"SELECT min(t) AS t FROM ({first})", "-f", "json").stdout)[0]["t"]
+    plain = json.loads(run("query", db, "overlap_by_rank", "-f", "json").stdout)
+    r = run("query", db, "overlap_by_rank", "-f", "json", "--relative")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert rows[0]["span_start_ns"] == plain[0]["span_start_ns"] - start  # integer ns, shifted
+    assert rows[0]["span_ns"] == plain[0]["span_ns"]  # a duration: unchanged
+    assert min(row["span_start_ns"] for row in rows) >= 0
+    r = run("sql", db, f"SELECT min(t) AS start_ns FROM ({first})", "-f", "csv", "--relative", "--timeunit", "us")
+    assert r.stdout == "start_us\n0.0\n"
+
+
+def test_default_output_keeps_integer_ns(db):
+    rows = json.loads(run("query", db, "overlap_by_rank", "-f", "json").stdout)
+    assert isinstance(rows[0]["span_start_ns"], int) and rows[0]["span_start_ns"] > 10**18
+
+
+# ----------------------------------------------------------------------------------------------- help, completion
+
+
+def _help_pages() -> list[list[str]]:
+    return [[]] + [c.split() for c in COMMANDS] + [["queries"]]
+
+
+@pytest.mark.parametrize("cmd", _help_pages(), ids=lambda c: " ".join(c) or "nsys2comm")
+def test_help_shows_no_python_type_names(cmd):
+    import re
+
+    r = CliRunner().invoke(app, [*cmd, "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert not re.search(r"<(bool|int|float|str|list\[|file|path|dir|int range|float range)", r.stdout), r.stdout
+
+
+def test_shell_completion_is_available():
+    r = run("--help")
+    assert "--install-completion" in r.stdout and "--show-completion" in r.stdout
+    r = run("--show-completion", "bash")
+    assert r.exit_code == 0 and "_nsys2comm_completion" in r.stdout
+    env = {"_NSYS2COMM_COMPLETE": "complete_bash", "COMP_WORDS": "nsys2comm que", "COMP_CWORD": "1"}
+    r = CliRunner().invoke(app, [], prog_name="nsys2comm", env=env)
+    assert r.stdout.split() == ["query", "queries"]

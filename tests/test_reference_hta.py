@@ -30,7 +30,7 @@ def dbs(shared_traces):
 def test_overlap_hta_compat(dbs, reference_values, ds):
     ref = reference_values[ds]
     df = analysis.run_query(dbs(ds), "overlap_by_rank", {"compat": "hta"})
-    got = {r: p for r, p in zip(df["rank"], df["comm_overlap_pct"])}
+    got = {r: p for r, p in zip(df["rank"], df["comm_overlap_pct"], strict=False)}
     for rank, pct in ref["get_comm_comp_overlap"].items():
         assert got[int(rank)] == pytest.approx(pct, abs=0.01), (ds, rank)
     for rec in ref["independent_recomputation"]:
@@ -57,14 +57,14 @@ def test_tracelens_skew_dlrm(dbs, reference_values):
     assert sk.height == len(ref["per_collective"])
     assert set(sk["match_rule"]) == {"rank_order"}
     assert (sk["ranks_seen"] == 8).all()
-    for row, want in zip(sk.iter_rows(named=True), ref["per_collective"]):
+    for row, want in zip(sk.iter_rows(named=True), ref["per_collective"], strict=False):
         assert row["latency_ns"] == want["comm_latency_us"] * 1000
         assert row["start_skew_ns"] == want["skew_in_start_us"] * 1000
         assert row["end_skew_ns"] == want["skew_in_end_us"] * 1000
         assert row["last_arriving_rank"] == want["last_arriving_rank"]
     rw = analysis.run_query(con, "rank_wait")
     want_wait = {int(r): us * 1000 for r, us in ref["straggler_summary_total_wait_us_by_rank"].items()}
-    assert dict(zip(rw["rank"], rw["total_wait_ns"])) == want_wait
+    assert dict(zip(rw["rank"], rw["total_wait_ns"], strict=False)) == want_wait
     want_last = {int(r): n for r, n in ref["times_arrived_last"].items()}
-    assert {r: n for r, n in zip(rw["rank"], rw["times_arrived_last"]) if n} == want_last
+    assert {r: n for r, n in zip(rw["rank"], rw["times_arrived_last"], strict=False) if n} == want_last
     assert rw["rank"][0] == 7 and rw["straggler_rank_order"][0] == 1

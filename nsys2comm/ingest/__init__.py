@@ -186,7 +186,7 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
         raise
     finally:
         if not terminated and (completed or any(r.status == "ingested" for r in results)):
-            from ..analysis import refresh_cache
+            from ..cache import refresh_cache
 
             # the shared sweeps, once per ingest rather than once per later session; a no-op while they match
             # the data, and a repair after a killed ingest or an outside edit

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from ..analysis import materialize, run_query, unmaterialize
+from ..analysis import run_query
+from ..cache import materialize, unmaterialize
 
 # consumer -> {catalog object: columns it reads}
 CONSUMERS: dict[str, dict[str, tuple[str, ...]]] = {}

@@ -51,13 +51,13 @@ def sqlite_scan(path: str) -> dict:
 def queries(db: str) -> dict:
     """Every public table macro through the product path (analysis.run_query, after the shared timeline is
     materialized once, as the report and summary do); the materialization counts in the total."""
-    from nsys2comm import analysis, catalog
+    from nsys2comm import analysis, cache, catalog
     from nsys2comm import db as dbmod
 
     con = dbmod.connect(db)
     times = {}
     t = time.perf_counter()
-    analysis.materialize(con)
+    cache.materialize(con)
     times["(materialize timeline)"] = time.perf_counter() - t
     for obj in catalog.public_queries():
         if not obj.is_table_macro or obj.required_params:  # helpers that take a table name
