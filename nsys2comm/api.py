@@ -181,7 +181,7 @@ class Job:
 
         write = (not self.read_only) if write is None else write
         if not text or not text.strip():
-            raise UsageError("no SQL given", hint="e.g. nsys2comm sql run.duckdb \"SELECT * FROM ranks\"")
+            raise UsageError("no SQL given", hint="give one or more SQL statements, e.g. SELECT * FROM ranks")
         try:
             statements = self.con.extract_statements(text)
         except duckdb.Error as e:

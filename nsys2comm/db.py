@@ -48,7 +48,7 @@ def _check_is_job_db(con: duckdb.DuckDBPyConnection, path: str) -> None:
         "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary").fetchall()}
     if have and "files" not in have:
         raise InputError("is a DuckDB database but not an nsys2comm job database", path=path,
-                         hint="give a new --db path, or a database created by 'nsys2comm ingest'")
+                         hint="give a new path, or a database created by 'nsys2comm ingest'")
 
 
 def _what_is(head: bytes) -> str:
@@ -71,7 +71,8 @@ def check_db_path(path: str | Path, *, write: bool) -> None:
     if not p.exists():
         if write:
             return
-        raise InputError("no such database", path=str(p), hint="create it with 'nsys2comm ingest TRACES --db PATH'")
+        raise InputError("no such database", path=str(p),
+                         hint="create it by ingesting traces into it (nsys2comm ingest, or Job.ingest)")
     if p.is_dir():
         raise InputError("is a directory, not a DuckDB database", path=str(p),
                          hint="give a .duckdb file made by 'nsys2comm ingest', or a new path")
@@ -129,8 +130,8 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
                                  hint="give the path of a job database created by 'nsys2comm ingest'") from None
             if time.monotonic() >= deadline:
                 raise InputError("database is locked by another nsys2comm/duckdb process", path=path,
-                                 hint=f"waited {lock_timeout_s:g} s; retry when it finishes or raise --lock-timeout"
-                                 ) from None
+                                 hint=f"waited {lock_timeout_s:g} s; retry when it finishes, or wait longer "
+                                      "(the lock timeout)") from None
             time.sleep(0.2)
     try:
         _check_is_job_db(con, path)
@@ -139,7 +140,7 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
             return con
         if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'files'").fetchall()[0][0]:
             raise InputError("database has no nsys2comm tables", path=path,
-                             hint="create it with 'nsys2comm ingest TRACES --db PATH'")
+                             hint="create it by ingesting traces into it (nsys2comm ingest, or Job.ingest)")
         own = str(Path(path).resolve())
         seal_read_only(con, [own, own + ".wal"])
         _install_temp_objects(con)
