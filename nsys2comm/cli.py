@@ -614,29 +614,16 @@ def schema(
         if source is None:
             rows = []
             for o in catalog.load_catalog():
-                if o.kind == "macro" or not o.public:
-                    continue
-                rows.append({"object": o.name, "kind": o.kind, "column": None, "doc": _first_line(o.description)})
-                rows += [{"object": o.name, "kind": o.kind, "column": c, "doc": d} for c, d in o.columns.items()]
+                if not o.public or o.area == "prelude" and o.kind == "macro" or (o.kind == "macro" and not o.has_view):
+                    continue  # scalar rules and parameterised macros: see 'nsys2comm queries list'
+                kind = "view" if o.has_view else o.kind  # an argument-free analysis is a view in every job DB
+                rows.append({"object": o.name, "kind": kind, "column": None, "doc": _first_line(o.description)})
+                rows += [{"object": o.name, "kind": kind, "column": c, "doc": d} for c, d in o.columns.items()]
             df = pl.DataFrame(rows, schema={"object": pl.String, "kind": pl.String, "column": pl.String,
                                             "doc": pl.String})
         else:
             job = _open([source])
-            df = settle(job.con).sql("""
-                WITH objs AS (
-                  SELECT table_name AS object, 'table' AS kind, comment FROM duckdb_tables() WHERE NOT internal
-                  UNION ALL
-                  SELECT view_name, 'view', comment FROM duckdb_views() WHERE NOT internal
-                )
-                SELECT o.object, o.kind, NULL::VARCHAR AS "column", NULL::VARCHAR AS data_type, o.comment AS doc,
-                       -1 AS column_index
-                FROM objs o
-                UNION ALL
-                SELECT c.table_name, o.kind, c.column_name, c.data_type, c.comment, c.column_index
-                FROM duckdb_columns() c JOIN objs o ON o.object = c.table_name
-                WHERE NOT c.internal
-                ORDER BY 2, 1, 6""").pl().drop("column_index")
-            df = df.filter(~pl.col("object").str.starts_with("_"))
+            df = job.query("schema_objects")
             job.close()
         out_.write_rows(df, fmt=fmt, out=output)
 

@@ -41,6 +41,7 @@ def _install_temp_objects(con: duckdb.DuckDBPyConnection) -> None:
                     .replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
         if obj.has_view:
             con.execute(obj.view_sql(temp=True))
+            catalog.comment_view(con, obj)
 
 
 def _check_is_job_db(con: duckdb.DuckDBPyConnection, path: str) -> None:

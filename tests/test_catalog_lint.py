@@ -10,7 +10,7 @@ import pytest
 
 from nsys2comm import catalog
 
-AREAS = {"intervals", "overlap", "messages", "p2p", "skew", "diagnostics", "report", "ingest"}
+AREAS = {"intervals", "overlap", "messages", "p2p", "skew", "diagnostics", "report", "ingest", "meta"}
 MINE = [o for o in catalog.load_catalog() if o.area in AREAS]
 PUBLIC = [o for o in MINE if o.public]
 UNIT_SUFFIXES = ("_ns", "_bytes", "_pct", "_gbps", "_us")

@@ -48,3 +48,15 @@ def test_views_in_read_only_sessions_equal_the_macros(job_db):
             assert job.sql(f"SELECT * FROM {name}").equals(job.sql(f"SELECT * FROM {name}()"))
         hta = job.sql("SELECT * FROM overlap_by_rank(compat := 'hta')")
         assert hta.height == 2
+
+
+def test_schema_objects_lists_tables_and_analysis_views_with_docs(job_db):
+    """What 'nsys2comm schema DB' prints is the catalog object schema_objects (no SQL of its own in the CLI)."""
+    with Job.open(str(job_db)) as job:
+        rows = job.query("schema_objects")
+    own = rows.filter(rows["column"].is_null())
+    kinds = dict(zip(own["object"], own["kind"], strict=True))
+    assert kinds["kernels"] == "table" and kinds["overlap_by_rank"] == "view"
+    assert not any(name.startswith("_") for name in kinds)
+    doc = rows.filter((rows["object"] == "overlap_by_rank") & (rows["column"] == "busy_ns"))["doc"][0]
+    assert doc == catalog.find("overlap_by_rank").columns["busy_ns"]
