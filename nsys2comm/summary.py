@@ -251,14 +251,15 @@ def _notes(s: dict, con, missing: list[str]) -> None:
     warn = diag.filter(pl.col("severity") == "warning")
     for code in dict.fromkeys(warn["code"].to_list()):
         rows = warn.filter(pl.col("code") == code)
-        ranks = sorted({r for r in rows["rank"].to_list() if r is not None})
-        first = rows.row(0, named=True)
-        if len(ranks) <= 1:
-            line = first["message"] if first["rank"] is None else f"rank {first['rank']}: {first['message']}"
+        whole = rows.filter(pl.col("rank").is_null())
+        if whole.height:  # a statement about a file or the job says it all; its per-rank details would repeat it
+            lines = whole["message"].to_list()
         else:
-            line = f"on {len(ranks)} ranks (e.g. rank {ranks[0]}: {first['message']})"
-        if line not in missing:
-            missing.append(line)
+            ranks = rows["rank"].to_list()
+            first = rows.sort("rank").row(0, named=True)
+            lines = [f"rank {first['rank']}: {first['message']}" if len(set(ranks)) == 1 else
+                     f"on {len(set(ranks))} ranks (e.g. rank {first['rank']}: {first['message']})"]
+        missing.extend(line for line in lines if line not in missing)
 
 
 def _name_unavailable(s: dict, con) -> None:
