@@ -84,8 +84,27 @@ def check_db_path(path: str | Path, *, write: bool) -> None:
         raise InputError(f"cannot read ({e.strerror})", path=str(p), hint="check the path and permissions") from None
     if len(head) >= 12 and head[8:12] == DUCKDB_MAGIC:
         return
+    if write and len(head) < 12 and _locked_by_another_process(p):
+        return  # another writer is creating it: connect() waits for its lock, then finds a database
     raise InputError(_what_is(head), path=str(p),
                      hint="give a job database made by 'nsys2comm ingest', or a new path; the file was not changed")
+
+
+def _locked_by_another_process(p: Path) -> bool:
+    """True while another process holds a lock on the file (DuckDB locks a database file before it writes the
+    header, so a new job DB can look empty for a moment to a second writer)."""
+    import fcntl
+
+    try:
+        with open(p, "r+b") as f:
+            try:
+                fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.lockf(f, fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
 
 
 def seal_read_only(con: duckdb.DuckDBPyConnection, allowed_paths: list[str] | tuple[str, ...] = ()) -> None:
