@@ -185,14 +185,16 @@ class _State:
                 name = e.name
                 if name is None:
                     name = ""
-                if kind == 1:  # kernel
-                    pid = e.pid
+                if kind <= 3:  # GPU work (kernel, memcpy, memset): its device and stream
                     dev = a.device
                     if dev is None:
+                        pid = e.pid
                         dev = pid if type(pid) is int else 0
                     stream = a.stream
                     if stream is None:
                         stream = _stream_of(e.tid)
+                    devices.add(dev)
+                if kind == 1:  # kernel
                     g = a.grid
                     if g is None or len(g) != 3:
                         g = _NONE3
@@ -201,7 +203,6 @@ class _State:
                         b = _NONE3
                     K((nk, rank, dev, stream, start, end, name, a.correlation, g[0], g[1], g[2], b[0], b[1], b[2],
                        a.graph_id))
-                    devices.add(dev)
                     is_comm = comm_cache.get(name)
                     if is_comm is None:
                         bare = name[5:] if name.startswith("void ") else name
@@ -210,19 +211,11 @@ class _State:
                         self._stage_kernel_args(nk, e, a, start, end, dev)
                     nk += 1
                 elif kind == 2 or kind == 3:  # memcpy / memset
-                    pid = e.pid
-                    dev = a.device
-                    if dev is None:
-                        dev = pid if type(pid) is int else 0
-                    stream = a.stream
-                    if stream is None:
-                        stream = _stream_of(e.tid)
                     if kind == 2:
                         M((nm, rank, dev, stream, start, end, "memcpy", _copy_kind(name), a.bytes, name, a.correlation))
                     else:
                         M((nm, rank, dev, stream, start, end, "memset", None, a.bytes, name, a.correlation))
                     nm += 1
-                    devices.add(dev)
                 elif kind == 4 or kind == 5:  # runtime / driver call
                     if a.correlation is None:
                         continue
