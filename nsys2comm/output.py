@@ -31,6 +31,7 @@ import orjson
 import polars as pl
 
 from .errors import UsageError
+from .units import NS_PER_UNIT
 
 
 class Format(StrEnum):
@@ -104,7 +105,6 @@ class TimeUnit(StrEnum):
     s = "s"
 
 
-_NS_PER_UNIT = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 # epoch timestamps (start_ns, window_start_ns, first_ns, span_end_ns ...), as opposed to durations (span_ns)
 _TIMESTAMP = re.compile(r"(^|_)(start|end|first|last)_ns$")
 
@@ -123,8 +123,8 @@ def convert_times(df: pl.DataFrame, unit: str | TimeUnit = "ns", *, relative: bo
     new name is already taken keeps its ns.
     """
     unit = unit.value if isinstance(unit, TimeUnit) else str(unit)
-    if unit not in _NS_PER_UNIT:
-        raise UsageError(f"unknown time unit {unit!r}", hint="choose one of " + ", ".join(_NS_PER_UNIT))
+    if unit not in NS_PER_UNIT:
+        raise UsageError(f"unknown time unit {unit!r}", hint="choose one of " + ", ".join(NS_PER_UNIT))
     ns_cols = [n for n, t in df.schema.items() if n.endswith("_ns") and t.is_numeric()]
     stamps = [n for n in ns_cols if is_timestamp_column(n)]
     if relative and stamps and origin_ns is None:
@@ -138,7 +138,7 @@ def convert_times(df: pl.DataFrame, unit: str | TimeUnit = "ns", *, relative: bo
         if relative and name in stamps and origin_ns is not None:
             col = col - origin_ns
         if unit != "ns":  # polars divides by multiplying with the reciprocal: round away its last-bit noise
-            col = (col.cast(pl.Float64) / _NS_PER_UNIT[unit]).round(len(str(_NS_PER_UNIT[unit])) - 1)
+            col = (col.cast(pl.Float64) / NS_PER_UNIT[unit]).round(len(str(NS_PER_UNIT[unit])) - 1)
         exprs.append(col.alias(name))
     renames = {n: n[:-3] + "_" + unit for n in ns_cols if n[:-3] + "_" + unit not in df.columns}
     return df.with_columns(exprs).rename(renames) if exprs else df

@@ -61,6 +61,7 @@ import polars as pl
 
 from . import __version__
 from .db import settle
+from .units import duration, ns_to, pct, size
 
 SCHEMA_VERSION = 1
 
@@ -206,13 +207,13 @@ def _latency(s: dict, con, missing: list[str]) -> None:
     if total is not None and total.height:
         t = total.row(0, named=True)
         s["latency_bound_pct"] = t["latency_bound_pct"]
-        s["coalescing_saving_ms"] = None if t["coalescing_saving_ns"] is None else t["coalescing_saving_ns"] / 1e6
+        s["coalescing_saving_ms"] = ns_to(t["coalescing_saving_ns"], "ms")
     if models is not None and models.height:
         s["latency_models"] = [
             {"collective": r["collective"], "group_size": r["group_size"], "instances": r["instances"],
              "alpha_us": r["alpha_us"], "beta_gbps": r["beta_gbps"], "n_half_bytes": r["n_half_bytes"],
              "fit_quality": r["fit_quality"], "latency_bound_pct": r["latency_bound_pct"],
-             "coalescing_saving_ms": None if r["coalescing_saving_ns"] is None else r["coalescing_saving_ns"] / 1e6}
+             "coalescing_saving_ms": ns_to(r["coalescing_saving_ns"], "ms")}
             for r in models.iter_rows(named=True)]
         p2p = models.filter(pl.col("collective") == "p2p")
         if p2p.height:
@@ -240,7 +241,7 @@ def _skew(s: dict, con, missing: list[str]) -> None:
                             "wait_ns": r["total_wait_ns"]} for r in top.head(3).iter_rows(named=True)]
     skew = _query(con, SKEW, missing)
     if skew is not None and skew.height and skew["start_skew_ns"].max() is not None:
-        s["max_skew_ms"] = skew["start_skew_ns"].max() / 1e6
+        s["max_skew_ms"] = ns_to(skew["start_skew_ns"].max(), "ms")
 
 
 def _notes(s: dict, con, missing: list[str]) -> None:
@@ -329,24 +330,6 @@ def check_thresholds(s: dict, **limits: float | None) -> dict:
 # for people
 
 
-def _ms(ns) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:,.3f} ms"
-
-
-def _p(v) -> str:
-    return "n/a" if v is None else f"{v:.1f} %"
-
-
-def _bytes(n) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def format_summary(s: dict) -> str:
     """The summary as a few lines of text."""
     if not s["files"]:
@@ -355,32 +338,32 @@ def format_summary(s: dict) -> str:
                   for t in s["thresholds"]]
         return "\n".join(lines)
     lines = [f"job: {s['ranks']} rank(s) from {s['files']} file(s) ({', '.join(s['sources']) or 'none'})"]
-    lines.append(f"communication: {_p(s['comm_share_pct'])} of GPU-busy time ({_ms(s['comm_ns'])} of "
-                 f"{_ms(s['gpu_busy_ns'])}, summed over ranks)")
-    lines.append(f"overlap with compute: {_p(s['overlap_pct'])} of communication time")
-    worst = (f"; worst rank {s['worst_rank']}: {_p(s['worst_rank_exposed_comm_pct'])}"
+    lines.append(f"communication: {pct(s['comm_share_pct'], 1)} of GPU-busy time ({duration(s['comm_ns'])} of "
+                 f"{duration(s['gpu_busy_ns'])}, summed over ranks)")
+    lines.append(f"overlap with compute: {pct(s['overlap_pct'], 1)} of communication time")
+    worst = (f"; worst rank {s['worst_rank']}: {pct(s['worst_rank_exposed_comm_pct'], 1)}"
              if s.get("worst_rank") is not None else "")
-    lines.append(f"exposed communication: {_ms(s['exposed_comm_ns'])} = {_p(s['exposed_comm_pct'])} "
+    lines.append(f"exposed communication: {duration(s['exposed_comm_ns'])} = {pct(s['exposed_comm_pct'], 1)} "
                  f"of GPU-busy time{worst}")
     w = s.get("worst_collective")
     if w:
         bw = f", bus bandwidth {w['busbw_gbps']:.2f} GB/s" if isinstance(w.get("busbw_gbps"), (int, float)) else ""
-        size = _bytes(w.get("msg_bytes")) + (f"–{_bytes(w['msg_bytes_hi'])}" if w.get("msg_bytes_hi") else "")
-        lines.append(f"worst collective: {w['collective']} {size} × {w.get('count') or '?'}"
-                     f" = {_ms(w['total_ns'])}{bw}")
+        sizes = size(w.get("msg_bytes")) + (f"–{size(w['msg_bytes_hi'])}" if w.get("msg_bytes_hi") else "")
+        lines.append(f"worst collective: {w['collective']} {sizes} × {w.get('count') or '?'}"
+                     f" = {duration(w['total_ns'])}{bw}")
     else:
         lines.append("worst collective: n/a")
     p = s.get("p2p")
     if p:
         alpha = "n/a" if p.get("alpha_us") is None else f"{p['alpha_us']:.1f} µs"
         beta = "" if p.get("beta_gbps") is None else f", β {p['beta_gbps']:.1f} GB/s"
-        lines.append(f"point-to-point: {_p(p.get('small_msg_share_pct'))} of p2p time in messages <= "
-                     f"{_bytes(p.get('small_msg_bytes'))}; latency α {alpha}{beta}")
+        lines.append(f"point-to-point: {pct(p.get('small_msg_share_pct'), 1)} of p2p time in messages <= "
+                     f"{size(p.get('small_msg_bytes'))}; latency α {alpha}{beta}")
     else:
         lines.append("point-to-point: n/a")
     if s.get("latency_bound_pct") is not None:
         save = s.get("coalescing_saving_ms")
-        lines.append(f"latency-bound: {_p(s['latency_bound_pct'])} of communication transfer time below n½"
+        lines.append(f"latency-bound: {pct(s['latency_bound_pct'], 1)} of communication transfer time below n½"
                      + ("" if save is None else f"; coalescing would save {save:.3f} ms"))
     if s.get("stragglers"):
         parts = [f"rank {r['rank']}" + (f" (last {r['times_last']}×)" if r.get("times_last") is not None else "")

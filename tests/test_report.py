@@ -264,6 +264,20 @@ def test_report_renders_in_chromium(report, browser):
     screenshot(browser, report, "report.png")
 
 
+@pytest.mark.parametrize("width", [1400, 800])
+def test_nav_fits_the_window(report, tmp_path, browser, width):
+    """Every nav link lies inside the window (the bar wraps rather than overflowing), measured by the browser."""
+    probe = ("<script>addEventListener('load',()=>{const n=document.querySelector('nav');"
+             "const out=[...n.querySelectorAll('a')].filter(a=>a.getBoundingClientRect().right>innerWidth).length;"
+             "document.body.setAttribute('data-nav',n.scrollWidth<=n.clientWidth&&out===0?'fits':'overflows:'+out);"
+             "});</script>")
+    page = tmp_path / "nav.html"
+    page.write_text(report.read_text(encoding="utf-8").replace("</body>", probe + "</body>"), encoding="utf-8")
+    proc = _chrome(browser, page, f"--window-size={width},900", "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'data-nav="fits"' in proc.stdout, re.search(r'data-nav="[^"]*"', proc.stdout)
+
+
 def test_hostile_names_show_as_text(tmp_path, browser):
     con = fill_job(connect(None), make_run(world_size=3, steps=2), hostile=True)
     out = build_report(con, tmp_path / "hostile.html", title=f"Report {HOSTILE}")

@@ -21,8 +21,9 @@ import math
 import altair as alt
 import polars as pl
 
+from ..units import NS_PER_UNIT
+from ..units import size as fmt_bytes
 from .data import consumes
-from .fmt import size as fmt_bytes
 
 # One colour per class of GPU time, used by every chart (Tableau 10 hues).
 CLASS_COLORS: dict[str, str] = {
@@ -64,12 +65,9 @@ def _size_x(field: str, title: str, **scale) -> alt.X:
                  axis=alt.Axis(labelExpr=BYTES_LABEL, tickCount=12, labelOverlap="greedy", labelFlush=False))
 
 
-def _ms(col: str) -> pl.Expr:
-    return pl.col(col).cast(pl.Float64) / 1e6
-
-
-def _us(col: str) -> pl.Expr:
-    return pl.col(col).cast(pl.Float64) / 1e3
+def _in(col: str, unit: str) -> pl.Expr:
+    """An ns column as a float in ``unit`` (for axes; the column keeps its ns in the data)."""
+    return pl.col(col).cast(pl.Float64) / NS_PER_UNIT[unit]
 
 
 def _collective_order(values: pl.Series) -> list[str]:
@@ -116,7 +114,7 @@ def time_breakdown_chart(df: pl.DataFrame) -> alt.Chart:
     """Stacked horizontal bars: where each rank's GPU span goes, in exclusive combinations of running classes."""
     ranks = df["rank"].unique().sort().head(MAX_BARS)
     d = df.filter(pl.col("rank").is_in(ranks.implode())).select(
-        "rank", pl.col("category").cast(pl.Utf8), _ms("time_ns").alias("time_ms"),
+        "rank", pl.col("category").cast(pl.Utf8), _in("time_ns", "ms").alias("time_ms"),
         pl.col("span_pct").cast(pl.Float64))
     present = set(d["category"].to_list())
     cats = [c for c in BREAKDOWN_COLORS if c in present] + sorted(present - set(BREAKDOWN_COLORS))
@@ -158,7 +156,7 @@ def _overlap_long(df: pl.DataFrame, key: str) -> pl.DataFrame:
     long = d.unpivot(index=[key, "_total"], on=OVERLAP_PARTS, variable_name="part", value_name="ns")
     order = {c: i for i, c in enumerate(OVERLAP_PARTS)}
     total = pl.when(pl.col("_total") > 0).then(pl.col("_total"))
-    return long.with_columns((pl.col("ns") / 1e6).alias("time_ms"),
+    return long.with_columns(_in("ns", "ms").alias("time_ms"),
                              (100 * pl.col("ns") / total).fill_null(0).alias("share_pct"),
                              pl.col("part").replace_strict(order, default=9).alias("order")).drop("ns", "_total")
 
@@ -216,7 +214,7 @@ def msg_size_histogram_chart(df: pl.DataFrame) -> alt.Chart:
     """Per collective: kernel time in each power-of-two message-size bucket, bars spanning the bucket on a log2
     axis, stacked by collective; calls in the tooltip."""
     d = _sized(df).select("collective", "size", "bucket_lo_bytes", "bucket_hi_bytes",
-                          _ms("total_ns").alias("time_ms"), pl.col("ops").alias("calls"))
+                          _in("total_ns", "ms").alias("time_ms"), pl.col("ops").alias("calls"))
     cols = _collective_order(d["collective"])
     # stacked by hand: Vega-Lite does not stack bars that span a continuous x range (x, x2)
     rank = {c: i for i, c in enumerate(cols)}
@@ -278,8 +276,8 @@ def p2p_latency_chart(by_size: pl.DataFrame, model: pl.DataFrame | None = None) 
     """Log-log scatter of p2p kernel duration (median, min-p90 whisker) against size; with latency_model, its
     'p2p' fit t = α + bytes/β and the latency-bound region below its threshold (n½, or the labelled fallback)."""
     d = by_size.filter(pl.col("bucket_lo_bytes") > 0).select(
-        pl.col("bucket_lo_bytes").cast(pl.Float64).alias("size_bytes"), _us("p50_ns").alias("p50_us"),
-        _us("p90_ns").alias("p90_us"), _us("min_ns").alias("min_us"), pl.col("ops").alias("calls"),
+        pl.col("bucket_lo_bytes").cast(pl.Float64).alias("size_bytes"), _in("p50_ns", "us").alias("p50_us"),
+        _in("p90_ns", "us").alias("p90_us"), _in("min_ns", "us").alias("min_us"), pl.col("ops").alias("calls"),
         pl.col("collective").cast(pl.Utf8).alias("op"))
     d = d.filter(pl.col("p50_us") > 0).with_columns(
         pl.col("size_bytes").map_elements(fmt_bytes, return_dtype=pl.Utf8).alias("size"))
@@ -350,7 +348,7 @@ def skew_heatmap_chart(df: pl.DataFrame) -> alt.Chart:
         lambda r: _instance_label(r["instance_key"], r["collective"], groups), return_dtype=pl.Utf8).alias("instance"))
     d = (top.select("order", "instance", "rank_wait_ns").explode("rank_wait_ns").drop_nulls("rank_wait_ns")
          .unnest("rank_wait_ns").filter(pl.col("rank") < MAX_HEATMAP_RANKS).sort("order", "rank")
-         .select("rank", "instance", _us("wait_ns").alias("wait_us")))
+         .select("rank", "instance", _in("wait_ns", "us").alias("wait_us")))
     order = top["instance"].to_list()
     return alt.Chart(d, title=_title("Cross-rank wait per collective instance",
                                      "Time each rank waited for the last rank to arrive (start skew), per instance; "
@@ -369,7 +367,7 @@ def straggler_chart(df: pl.DataFrame) -> alt.Chart:
     """Straggler ranking, two bar panels on one rank axis: times each rank arrived last, and how long it waited
     for peers in total (a straggler arrives last often and waits little)."""
     d = df.sort("times_arrived_last", "rank", descending=[True, False]).head(MAX_BARS).select(
-        pl.col("rank").cast(pl.Int64), "times_arrived_last", _ms("total_wait_ns").alias("wait_ms"))
+        pl.col("rank").cast(pl.Int64), "times_arrived_last", _in("total_wait_ns", "ms").alias("wait_ms"))
     ranks = d["rank"].to_list()
     y = alt.Y("rank:O", title="rank", sort=ranks)
     tip = [alt.Tooltip("rank:O"), alt.Tooltip("times_arrived_last:Q", title="arrived last (count)"),
@@ -401,7 +399,7 @@ def step_timeline_chart(df: pl.DataFrame) -> alt.Chart:
     """Timeline of one step: one row per rank and lane, bars coloured by kernel class, opacity = how busy the
     merged segment is. Times in ms for windows of 10 ms or more, else µs."""
     window = float(df["window_duration_ns"].max() or 0)
-    unit, scale = ("ms", 1e6) if window >= 1e7 else ("µs", 1e3)
+    unit, scale = ("ms", NS_PER_UNIT["ms"]) if window >= 10 * NS_PER_UNIT["ms"] else ("µs", NS_PER_UNIT["us"])
     d = df.select(
         "rank", "lane", "op_class", "busy_pct", "n_ops", "longest_op_name", "longest_op_full_name",
         (pl.col("start_offset_ns") / scale).alias("start"), (pl.col("end_offset_ns") / scale).alias("end"),
@@ -447,8 +445,8 @@ def latency_chart(model: pl.DataFrame, points: pl.DataFrame | None = None) -> al
     fitted α + bytes/β line and n½ marked (latency_by_size, latency_model). Without sizes: per collective, the
     transfer-time range from the latency floor (5th percentile) to p90, median as a dot."""
     if points is None or not points.height:
-        d = model.select("collective", "instances", _us("latency_floor_ns").alias("floor_us"),
-                         _us("transfer_p50_ns").alias("p50_us"), _us("transfer_p90_ns").alias("p90_us"))
+        d = model.select("collective", "instances", _in("latency_floor_ns", "us").alias("floor_us"),
+                         _in("transfer_p50_ns", "us").alias("p50_us"), _in("transfer_p90_ns", "us").alias("p90_us"))
         base = alt.Chart(d).encode(y=alt.Y("collective:N", title=None))
         return alt.layer(
             base.mark_rule().encode(x=alt.X("floor_us:Q", title="transfer time (µs), sizes unknown"), x2="p90_us:Q"),
@@ -461,9 +459,9 @@ def latency_chart(model: pl.DataFrame, points: pl.DataFrame | None = None) -> al
         ).properties(width=560)
     d = points.select(
         (pl.col("collective") + " n=" + pl.col("group_size").cast(pl.Utf8)).alias("op"), "msg_bytes", "instances",
-        pl.col("msg_bytes").cast(pl.Float64).alias("size_bytes"), _us("transfer_p10_ns").alias("p10_us"),
-        _us("transfer_p50_ns").alias("p50_us"), _us("transfer_p90_ns").alias("p90_us"),
-        _us("model_ns").alias("model_us"), "n_half_bytes")
+        pl.col("msg_bytes").cast(pl.Float64).alias("size_bytes"), _in("transfer_p10_ns", "us").alias("p10_us"),
+        _in("transfer_p50_ns", "us").alias("p50_us"), _in("transfer_p90_ns", "us").alias("p90_us"),
+        _in("model_ns", "us").alias("model_us"), "n_half_bytes")
     x = _size_x("size_bytes:Q", "message size (bytes, log2 scale)")
     y = alt.Y("p50_us:Q", scale=alt.Scale(type="log"), title="transfer time, waiting excluded (µs)")
     base = alt.Chart(d).encode(x=x, color=alt.Color("op:N", title="operation"))
@@ -489,7 +487,7 @@ def latency_chart(model: pl.DataFrame, points: pl.DataFrame | None = None) -> al
 def pair_heatmap_chart(pairs: pl.DataFrame) -> alt.Chart:
     """Sender × receiver heatmap of median p2p transfer time, with the median wait in the tooltip and as text."""
     d = pairs.select("src_rank", "dst_rank", "instances", "receiver_waited_pct",
-                     _us("transfer_p50_ns").alias("transfer_us"), _us("wait_p50_ns").alias("wait_us"))
+                     _in("transfer_p50_ns", "us").alias("transfer_us"), _in("wait_p50_ns", "us").alias("wait_us"))
     base = alt.Chart(d).encode(x=alt.X("dst_rank:O", title="receiver rank"), y=alt.Y("src_rank:O", title="sender rank"))
     return alt.layer(
         base.mark_rect().encode(color=alt.Color("transfer_us:Q", title="median transfer (µs)"),

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..units import NS_PER_UNIT, duration, gbps, is_num, pct, size
 from .data import consumes
-from .fmt import duration, gbps, is_num, pct, size
 
 MIN_SHARE_PCT = 1.0  # a finding about less than this share of the time is not worth a line
 WARN_PCT = 30.0  # exposed / latency-bound shares from which a finding is a warning
@@ -116,7 +116,8 @@ def latency_findings(model: pl.DataFrame) -> list[Finding]:
     fitted = model.filter(pl.col("alpha_us").is_not_null()).sort(["total_transfer_ns", "collective"],
                                                                  descending=[True, False])
     for m in fitted.head(3).iter_rows(named=True):
-        out.append(Finding(f"{m['collective']} (group of {m['group_size']}): α ≈ {duration(m['alpha_us'] * 1e3)}, "
+        alpha_ns = m["alpha_us"] * NS_PER_UNIT["us"]
+        out.append(Finding(f"{m['collective']} (group of {m['group_size']}): α ≈ {duration(alpha_ns)}, "
                            f"β ≈ {gbps(m['beta_gbps'])}, n½ ≈ {size(m['n_half_bytes'])} "
                            f"(fit: {m['fit_quality']}, {m['sized_instances']:,} sized instances).", "sec-latency"))
     if not fitted.height:

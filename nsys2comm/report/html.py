@@ -24,9 +24,10 @@ from string import Template
 import altair as alt
 import polars as pl
 
+from ..units import duration, ns_to
+from ..units import size as fmt_bytes
 from .data import Fetched, declare, fetch
 from .findings import Finding, all_findings
-from .fmt import size as fmt_bytes
 from .sections import FACTS, MAX_OVERVIEW_RANKS, QUERIES, RANK_COLUMNS, SECTIONS, ChartSpec, TableSpec
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
@@ -220,7 +221,7 @@ def overview(fetched: Fetched, diag: list[tuple[str, str]]) -> str:
                                            for r in files.iter_rows(named=True)})) if files is not None else "?"),
               ("Producers", "; ".join(sorted({str(r["producer"]) for r in files.iter_rows(named=True)
                                               if r["producer"]}))[:400] if files is not None else "?"),
-              ("Time span", f"{(last - first) / 1e6:,.3f} ms of GPU activity" if first is not None and last is not None
+              ("Time span", f"{duration(last - first)} of GPU activity" if first is not None and last is not None
                else "no GPU activity"),
               ("Kernels", f"{int(ov['n_kernels'].sum()):,} ({int(ov['n_comm_kernels'].sum()):,} communication)")]
         parts.append(fill("kv", items_html="".join(fill("kv_item", key=k, value=v) for k, v in kv)))
@@ -252,8 +253,8 @@ def cell(v, f: str, row: dict) -> str:
         return fill("td_title", title=tip, text=v) if tip is not None else fill("td", text=v)
     if v is None:
         return fill("td_num" if f else "td", text="–")
-    text = {"int": lambda: f"{int(v):,}", "ms": lambda: f"{v / 1e6:,.3f}", "us": lambda: f"{v / 1e3:,.1f}",
-            "pct": lambda: f"{v:.1f}", "bytes": lambda: fmt_bytes(v)}.get(f)
+    text = {"int": lambda: f"{int(v):,}", "ms": lambda: f"{ns_to(v, 'ms'):,.3f}",
+            "us": lambda: f"{ns_to(v, 'us'):,.1f}", "pct": lambda: f"{v:.1f}", "bytes": lambda: fmt_bytes(v)}.get(f)
     return fill("td_num", text=text()) if text else fill("td", text=v)
 
 
