@@ -35,10 +35,10 @@ WITH ev AS (
   -- computation kernels as +/- events; delta packs two counters: computation (low 32 bits), gemm (high bits)
   SELECT rank, start_ns AS ts, CASE WHEN kernel_class = 'gemm' THEN _gemm_one() + 1 ELSE 1 END AS delta,
          NULL::BIGINT AS probe_id, 0 AS side
-  FROM kernels WHERE kernel_class IN ('gemm', 'convolution', 'attention', 'compute') AND end_ns > start_ns
+  FROM kernels WHERE is_computation_class(kernel_class) AND end_ns > start_ns
   UNION ALL
   SELECT rank, end_ns, CASE WHEN kernel_class = 'gemm' THEN -(_gemm_one() + 1) ELSE -1 END, NULL, 0
-  FROM kernels WHERE kernel_class IN ('gemm', 'convolution', 'attention', 'compute') AND end_ns > start_ns
+  FROM kernels WHERE is_computation_class(kernel_class) AND end_ns > start_ns
   UNION ALL  -- probes: start (side -1) and end (side +1) of every communication kernel, delta 0
   SELECT rank, start_ns, 0, kernel_id, -1 FROM kernels WHERE kernel_class = 'communication'
   UNION ALL

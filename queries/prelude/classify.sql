@@ -142,6 +142,12 @@ CREATE OR REPLACE MACRO kernel_class(name) AS
       ELSE 'compute' END)[1]
   END;
 
+-- @macro is_computation_class
+-- True for the kernel classes that count as computation in every overlap analysis: gemm, convolution, attention
+-- and compute (communication and memory work are not computation).
+-- @param kernel_class: kernels.kernel_class.
+CREATE OR REPLACE MACRO is_computation_class(kernel_class) AS kernel_class IN ('gemm', 'convolution', 'attention', 'compute');
+
 -- @macro canonical_collective
 -- Maps a collective name as traces spell it (PyTorch 'Collective name', c10d op, 'nccl:' annotation,
 -- NCCL API or kernel token) to the canonical name used in comm_ops.collective, or NULL when unknown.

@@ -192,6 +192,27 @@ SELECT instance_key, match_rule, CASE WHEN match_rule = 'p2p_pair' THEN 'p2p' EL
        list_transform(rs, lambda x: {'rank': x[1], 'wait_ns': last_start_ns - x[2]}) AS rank_wait_ns
 FROM g, job;
 
+-- @view _skew_kernel_waits
+-- Each matched communication kernel's wait: the one definition of "waiting for the last rank", used by rank_wait
+-- and the exposure causes. Instances seen on >= 2 ranks only; p2p pairs included (match_rule 'p2p_pair').
+-- @column kernel_id: Kernel id.
+-- @column rank: Rank.
+-- @column instance_key: Matching key.
+-- @column match_rule: 'pg_seq', 'group_order', 'rank_order' or 'p2p_pair'.
+-- @column wait_ns: Latest start in the instance − this kernel's start (ns, reference clock).
+-- @column dur_ns: Kernel duration (ns).
+-- @column last_arriving_rank: Rank with the latest start (lowest such rank on ties).
+-- @column first_arriving_rank: Rank with the earliest start (lowest such rank on ties).
+CREATE OR REPLACE VIEW _skew_kernel_waits AS
+WITH i AS (
+  SELECT instance_key, max(start_ns) AS last_start, arg_min(rank, (-start_ns, rank)) AS last_rank,
+         arg_min(rank, (start_ns, rank)) AS first_rank
+  FROM _skew_ops GROUP BY instance_key HAVING count(DISTINCT rank) >= 2
+)
+SELECT o.kernel_id, o.rank, o.instance_key, o.match_rule, i.last_start - o.start_ns AS wait_ns,
+       o.end_ns - o.start_ns AS dur_ns, i.last_rank AS last_arriving_rank, i.first_rank AS first_arriving_rank
+FROM _skew_ops o JOIN i USING (instance_key);
+
 -- @macro collective_skew
 -- One row per collective instance matched across ranks (matching rule in the description of queries/skew;
 -- point-to-point pairs are in comm_transfer): how many ranks ran it, its latency (minimum duration across ranks,
@@ -243,15 +264,9 @@ ORDER BY first_start_ns, instance_key;
 -- @column total_comm_ns: Sum of the rank's kernel durations in those instances (ns).
 -- @column straggler_rank_order: 1 = lowest total wait (most likely straggler), 2, ...
 CREATE OR REPLACE MACRO rank_wait() AS TABLE
-WITH o AS (SELECT * FROM _skew_ops WHERE match_rule <> 'p2p_pair'),
-i AS (
-  SELECT instance_key, max(start_ns) AS last_start, arg_min(rank, (-start_ns, rank)) AS last_rank,
-         arg_min(rank, (start_ns, rank)) AS first_rank
-  FROM o GROUP BY instance_key HAVING count(DISTINCT rank) >= 2
-), w AS (
-  SELECT o.rank, i.last_start - o.start_ns AS wait_ns, o.end_ns - o.start_ns AS dur_ns,
-         (o.rank = i.last_rank)::INT AS is_last, (o.rank = i.first_rank)::INT AS is_first
-  FROM o JOIN i USING (instance_key)
+WITH w AS (
+  SELECT rank, wait_ns, dur_ns, (rank = last_arriving_rank)::INT AS is_last, (rank = first_arriving_rank)::INT AS is_first
+  FROM _skew_kernel_waits WHERE match_rule <> 'p2p_pair'
 ), r AS (
   SELECT rank, count(*) AS collectives, sum(wait_ns) AS total_wait_ns, avg(wait_ns) AS mean_wait,
          max(wait_ns) AS max_wait_ns, sum(is_last) AS times_arrived_last, sum(is_first) AS times_arrived_first,

@@ -1,0 +1,176 @@
+-- @include overlap/overlap.sql
+-- @include skew/skew.sql
+-- @include intervals/intervals.sql
+-- Why communication is exposed: every ns of comm_kernels.exposed_ns (communication with no computation running on
+-- the rank) gets exactly one cause. Causes, taken in this order (the first that applies wins):
+--   'serialised_stream'        the kernel's stream also runs computation kernels (same rank and device), so the
+--                              two cannot overlap: all of the kernel's exposed time;
+--   'arrival_skew'             the exposed part of the kernel's first wait_ns, the time it waited for the rank that
+--                              arrived last (_skew_kernel_waits, the cross-rank matching's one definition of wait);
+--   'serialised_communicators' the rest, when the kernel was queued behind another communication kernel of the
+--                              rank on the same stream or the same communicator (pg_name): it started within
+--                              right_after_ns of that kernel's end and, when its launch is known, its launch call
+--                              started before that end;
+--   'dependency_wait'          the rest, when the rank's next computation kernel (the first to start at or after
+--                              the collective's end) starts within right_after_ns of that end and, when its launch
+--                              is known, its launch call had returned before that end: it was queued and waited;
+--   'nothing_to_overlap'       the rest, when no computation was queued: the next computation kernel was launched
+--                              after the collective's end (host-bound or a launch gap), or, its launch unknown,
+--                              starts later than right_after_ns after the end, or there is none;
+--   'unattributed'             the rest otherwise (the next computation kernel was launched in time but started
+--                              later than right_after_ns after the end: it waited for something else).
+-- The rest after 'arrival_skew' goes to one cause, decided at the kernel's end. Per rank the causes add up to
+-- comm_kernels.exposed_ns exactly. Computation = kernels whose class is_computation_class. Launches are the
+-- api_calls rows with the kernel's rank and correlation id (_exposure_launch_calls).
+
+-- @macro _exposure_launch_calls
+-- One launch call per (rank, correlation_id): the api_calls row with the earliest start (then the lowest call_id),
+-- e.g. the runtime call rather than the driver call it makes.
+-- @column rank: Rank.
+-- @column correlation_id: Correlation id.
+-- @column launch_start_ns: Start of the launch call (ns).
+-- @column launch_end_ns: End of the launch call (ns): from then on the kernel is queued on its stream.
+CREATE OR REPLACE MACRO _exposure_launch_calls() AS TABLE
+SELECT rank, correlation_id, start_ns AS launch_start_ns, end_ns AS launch_end_ns
+FROM api_calls
+WHERE correlation_id IS NOT NULL
+QUALIFY row_number() OVER (PARTITION BY rank, correlation_id ORDER BY start_ns, call_id) = 1;
+
+-- @macro exposed_comm_by_kernel
+-- The attribution itself (causes and their order in the description of queries/exposure): one row per
+-- communication kernel and cause with exposed time, with the evidence for it. A kernel has at most two rows: its
+-- 'arrival_skew' part and one cause for the rest.
+-- @param right_after_ns: Tolerance for "starts right after" (ns): a kernel queued behind another, or waiting on
+-- this collective, starts within this time of the end it waited for. Default 10 µs: GPU-side gaps between queued
+-- kernels are 1–5 µs, while a kernel launched only after the end waits a launch call plus its GPU latency.
+-- @column kernel_id: Communication kernel (comm_kernels.kernel_id).
+-- @column rank: Rank.
+-- @column step_ord: Step (_steps) whose window contains the kernel's start; NULL outside steps.
+-- @column collective: Canonical collective ('unknown' when no comm_ops row).
+-- @column stream_id: Stream of the kernel.
+-- @column start_ns: Kernel start (ns).
+-- @column end_ns: Kernel end (ns).
+-- @column kernel_exposed_ns: comm_kernels.exposed_ns of the kernel (ns).
+-- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
+-- 'nothing_to_overlap' or 'unattributed'.
+-- @column exposed_ns: Exposed time attributed to this cause (ns).
+-- @column stream_compute_kernels: Computation kernels on the kernel's stream (evidence for 'serialised_stream').
+-- @column wait_ns: Time the rank waited for the last-arriving rank (ns); NULL when not matched on >= 2 ranks.
+-- @column last_arriving_rank: Rank that arrived last in the kernel's matched instance, when matched.
+-- @column queued_behind_kernel_id: Communication kernel on the same stream or communicator that ended last before
+-- this one started, when any.
+-- @column queued_behind_collective: Its collective.
+-- @column queued_gap_ns: This kernel's start − that kernel's end (ns).
+-- @column launch_end_ns: End of this kernel's launch call (ns), when known.
+-- @column next_compute_kernel_id: First computation kernel of the rank starting at or after this kernel's end.
+-- @column next_compute_gap_ns: Its start − this kernel's end (ns).
+-- @column next_compute_launch_end_ns: End of its launch call (ns), when known.
+CREATE OR REPLACE MACRO exposed_comm_by_kernel(right_after_ns := 10000) AS TABLE
+WITH ck AS (
+  SELECT c.kernel_id, c.rank, c.device_id, c.stream_id, c.start_ns, c.end_ns, c.duration_ns, c.collective,
+         c.pg_name, c.exposed_ns, k.correlation_id
+  FROM comm_kernels() c JOIN kernels k USING (kernel_id)
+), comp AS (
+  SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE is_computation_class(kernel_class)
+), comp_k AS (
+  SELECT rank, start_ns, kernel_id, correlation_id FROM kernels WHERE is_computation_class(kernel_class)
+), stream_comp AS (
+  SELECT rank, device_id, stream_id, count(*) AS n FROM kernels WHERE is_computation_class(kernel_class)
+  GROUP BY ALL
+), w AS (
+  SELECT kernel_id, wait_ns, last_arriving_rank FROM _skew_kernel_waits
+), probes AS (  -- the kernel's wait window [start, start + min(wait, duration))
+  SELECT ck.rank AS grp, ck.kernel_id AS probe_id, ck.start_ns, ck.start_ns + least(w.wait_ns, ck.duration_ns) AS end_ns
+  FROM ck JOIN w USING (kernel_id) WHERE ck.exposed_ns > 0 AND w.wait_ns > 0
+), skew AS (
+  SELECT probe_id AS kernel_id, (end_ns - start_ns) - covered_ns AS skew_exposed_ns
+  FROM intervals_covered_ns('comp', 'probes')
+), prev_stream AS (  -- communication kernels of the rank on the same stream, latest end first
+  SELECT rank, device_id, stream_id, end_ns, kernel_id, collective FROM ck
+), prev_pg AS (
+  SELECT rank, pg_name, end_ns, kernel_id, collective FROM ck WHERE pg_name IS NOT NULL
+), launches AS (SELECT * FROM _exposure_launch_calls()
+), steps AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _steps()
+), e AS (
+  SELECT ck.*, coalesce(sc.n, 0) AS stream_compute_kernels, w.wait_ns, w.last_arriving_rank,
+         coalesce(s.skew_exposed_ns, 0) AS skew_exposed_ns,
+         CASE WHEN ps.end_ns IS NULL OR (pp.end_ns IS NOT NULL AND pp.end_ns > ps.end_ns) THEN pp.kernel_id
+              ELSE ps.kernel_id END AS queued_behind_kernel_id,
+         CASE WHEN ps.end_ns IS NULL OR (pp.end_ns IS NOT NULL AND pp.end_ns > ps.end_ns) THEN pp.collective
+              ELSE ps.collective END AS queued_behind_collective,
+         ck.start_ns - greatest(ps.end_ns, pp.end_ns) AS queued_gap_ns,
+         l.launch_start_ns, l.launch_end_ns
+  FROM ck
+  LEFT JOIN stream_comp sc USING (rank, device_id, stream_id)
+  LEFT JOIN w USING (kernel_id)
+  LEFT JOIN skew s USING (kernel_id)
+  LEFT JOIN launches l ON l.rank = ck.rank AND l.correlation_id = ck.correlation_id
+  ASOF LEFT JOIN prev_stream ps
+    ON ps.rank = ck.rank AND ps.device_id = ck.device_id AND ps.stream_id IS NOT DISTINCT FROM ck.stream_id
+       AND ps.end_ns <= ck.start_ns
+  ASOF LEFT JOIN prev_pg pp ON pp.rank = ck.rank AND pp.pg_name = ck.pg_name AND pp.end_ns <= ck.start_ns
+  WHERE ck.exposed_ns > 0
+), n AS (
+  SELECT e.*, nc.kernel_id AS next_compute_kernel_id, nc.start_ns - e.end_ns AS next_compute_gap_ns,
+         nl.launch_end_ns AS next_compute_launch_end_ns, st.step_ord AS st_ord, st.step_end_ns AS st_end
+  FROM e
+  ASOF LEFT JOIN comp_k nc ON nc.rank = e.rank AND nc.start_ns >= e.end_ns
+  LEFT JOIN launches nl ON nl.rank = nc.rank AND nl.correlation_id = nc.correlation_id
+  ASOF LEFT JOIN steps st ON st.rank = e.rank AND st.step_start_ns <= e.start_ns
+), c AS (
+  SELECT n.*,
+    CASE WHEN stream_compute_kernels > 0 THEN 'serialised_stream'
+         WHEN queued_gap_ns <= right_after_ns
+              AND (launch_start_ns IS NULL OR launch_start_ns < start_ns - queued_gap_ns) THEN 'serialised_communicators'
+         WHEN next_compute_kernel_id IS NULL THEN 'nothing_to_overlap'
+         WHEN next_compute_launch_end_ns IS NOT NULL AND next_compute_launch_end_ns > end_ns THEN 'nothing_to_overlap'
+         WHEN next_compute_gap_ns <= right_after_ns THEN 'dependency_wait'
+         WHEN next_compute_launch_end_ns IS NULL THEN 'nothing_to_overlap'
+         ELSE 'unattributed' END AS rest_cause,
+    CASE WHEN stream_compute_kernels > 0 THEN 0 ELSE skew_exposed_ns END AS skew_ns
+  FROM n
+), rows_ AS (
+  SELECT c.*, 'arrival_skew' AS cause, skew_ns AS part_ns FROM c WHERE skew_ns > 0
+  UNION ALL
+  SELECT c.*, rest_cause, exposed_ns - skew_ns FROM c WHERE exposed_ns - skew_ns > 0
+)
+SELECT kernel_id, rank, CASE WHEN start_ns < st_end THEN st_ord END AS step_ord, collective, stream_id, start_ns,
+       end_ns, exposed_ns AS kernel_exposed_ns, cause, CAST(part_ns AS BIGINT) AS exposed_ns,
+       CAST(stream_compute_kernels AS BIGINT) AS stream_compute_kernels, wait_ns, last_arriving_rank,
+       queued_behind_kernel_id, queued_behind_collective, queued_gap_ns, launch_end_ns, next_compute_kernel_id,
+       next_compute_gap_ns, next_compute_launch_end_ns
+FROM rows_
+ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
+
+-- @macro exposed_comm_causes
+-- Exposed communication time per rank, step and collective, split by cause (exposed_comm_by_kernel; causes and
+-- their order in the description of queries/exposure). Per rank, exposed_ns adds up to the sum of
+-- comm_kernels.exposed_ns.
+-- @param right_after_ns: Tolerance for "starts right after" (ns), see exposed_comm_by_kernel.
+-- @column rank: Rank.
+-- @column step_ord: Step (_steps) whose window contains the kernels' starts; NULL outside steps.
+-- @column collective: Canonical collective.
+-- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
+-- 'nothing_to_overlap' or 'unattributed'.
+-- @column exposed_ns: Exposed time attributed to the cause (ns).
+-- @column share_pct: 100 × exposed_ns / the exposed time of this rank, step and collective.
+-- @column kernels: Communication kernels with time in this cause.
+-- @column late_rank: For 'arrival_skew': the rank that arrived last most often (lowest on ties); else NULL.
+CREATE OR REPLACE MACRO exposed_comm_causes(right_after_ns := 10000) AS TABLE
+WITH a AS (SELECT * FROM exposed_comm_by_kernel(right_after_ns := right_after_ns)),
+g AS (
+  SELECT rank, step_ord, collective, cause, sum(exposed_ns) AS exposed_ns, count(*) AS kernels
+  FROM a GROUP BY ALL
+), late AS (
+  SELECT rank, step_ord, collective, last_arriving_rank AS late_rank
+  FROM a WHERE cause = 'arrival_skew' AND last_arriving_rank IS NOT NULL
+  GROUP BY rank, step_ord, collective, last_arriving_rank
+  QUALIFY row_number() OVER (PARTITION BY rank, step_ord, collective ORDER BY count(*) DESC, last_arriving_rank) = 1
+)
+SELECT g.rank, g.step_ord, g.collective, g.cause, CAST(g.exposed_ns AS BIGINT) AS exposed_ns,
+       (100.0 * g.exposed_ns / sum(g.exposed_ns) OVER (PARTITION BY g.rank, g.step_ord, g.collective))::DOUBLE
+         AS share_pct,
+       g.kernels, CASE WHEN g.cause = 'arrival_skew' THEN late.late_rank END AS late_rank
+FROM g LEFT JOIN late ON late.rank = g.rank AND late.step_ord IS NOT DISTINCT FROM g.step_ord
+                      AND late.collective = g.collective
+ORDER BY g.rank, g.step_ord NULLS LAST, g.collective, g.exposed_ns DESC, g.cause;
