@@ -34,6 +34,10 @@ coalescing_saving_ms       transfer time saved if latency-bound operations were 
 latency_models             [{collective, group_size, instances, alpha_us, beta_gbps, n_half_bytes, fit_quality,
                            latency_bound_pct, coalescing_saving_ms}] one per (collective, group size), 'p2p' for
                            matched send/recv (latency_model)
+exposed_by_cause           [{cause, exposed_ns, share_pct}] why communication was exposed (exposed_comm_causes, summed
+                           over the job, largest first); exposed_ns sums comm_kernels.exposed_ns, where concurrent
+                           communication kernels each count, so its total can exceed exposed_comm_ns; share_pct is
+                           of that total
 max_skew_ms                largest start skew of one collective instance across its ranks, ms
 stragglers                 [{rank, times_last, wait_ns}] up to 3 likeliest stragglers (rank_wait's TraceLens
                            order: least total wait first), only ranks that arrived last at least once
@@ -72,6 +76,7 @@ LATENCY_TOTAL = "latency_bound_total"
 WAIT = "rank_wait"
 SKEW = "collective_skew"
 DIAGNOSTICS = "diagnostics"
+CAUSES = "exposed_comm_causes"
 # the documented columns each summary section reads (tests check them against the catalog)
 COLUMNS = {
     OVERLAP: ("rank", "busy_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
@@ -84,13 +89,14 @@ COLUMNS = {
     WAIT: ("rank", "total_wait_ns", "times_arrived_last", "straggler_rank_order"),
     SKEW: ("start_skew_ns",),
     DIAGNOSTICS: ("severity", "rank", "code", "message"),
+    CAUSES: ("cause", "exposed_ns"),
 }
 
 SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "sources", "gpu_busy_ns", "comm_ns",
                 "comm_share_pct", "overlap_pct", "exposed_comm_ns", "exposed_comm_pct", "worst_rank",
                 "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "latency_bound_pct",
-                "coalescing_saving_ms", "latency_models", "max_skew_ms", "stragglers", "failed_files", "missing",
-                "thresholds", "ok"]
+                "coalescing_saving_ms", "latency_models", "exposed_by_cause", "max_skew_ms", "stragglers",
+                "failed_files", "missing", "thresholds", "ok"]
 DIGITS = 6  # every float in the summary: 6 significant digits (one precision for every key)
 
 
@@ -157,6 +163,7 @@ def build_summary(con, failed_files: list[dict] | None = None) -> dict[str, Any]
     _worst_collective(s, con, missing)
     _latency(s, con, missing)
     _skew(s, con, missing)
+    _causes(s, con, missing)
     _notes(s, con, missing)
     if s["files"] == 0:
         missing.insert(0, f"{NO_TRACES}: the job holds no trace files")
@@ -244,6 +251,18 @@ def _skew(s: dict, con, missing: list[str]) -> None:
         s["max_skew_ms"] = ns_to(skew["start_skew_ns"].max(), "ms")
 
 
+def _causes(s: dict, con, missing: list[str]) -> None:
+    """Why communication was exposed: exposed time per cause over the job (exposed_comm_causes)."""
+    causes = _query(con, CAUSES, missing)
+    if causes is None or not s["comm_ns"]:
+        return
+    by = (causes.group_by("cause").agg(pl.col("exposed_ns").sum())
+          .sort(["exposed_ns", "cause"], descending=[True, False]))
+    total = by["exposed_ns"].sum()
+    s["exposed_by_cause"] = [{"cause": r["cause"], "exposed_ns": _int(r["exposed_ns"]),
+                              "share_pct": _pct(r["exposed_ns"], total)} for r in by.iter_rows(named=True)]
+
+
 def _notes(s: dict, con, missing: list[str]) -> None:
     """What was missing: the diagnostics' warnings, one line per code (per-rank notes say on how many ranks)."""
     diag = _query(con, DIAGNOSTICS, missing)
@@ -271,6 +290,9 @@ def _name_unavailable(s: dict, con) -> None:
     if s["overlap_pct"] is None:
         not_available(s, "overlap_pct", "the job has no communication kernels" if not n_comm
                       else "communication time is unknown")
+    if s["exposed_by_cause"] is None:
+        not_available(s, "exposed_by_cause", "communication time is unknown" if n_comm
+                      else "the job has no communication kernels")
     if s["max_skew_ms"] is None:
         why = (f"cross-rank skew needs at least two ranks; the job has {s['ranks']}" if s["ranks"] < 2 else
                "no collective was matched on two or more ranks" if n_comm else "the job has no communication kernels")
@@ -365,6 +387,9 @@ def format_summary(s: dict) -> str:
         save = s.get("coalescing_saving_ms")
         lines.append(f"latency-bound: {pct(s['latency_bound_pct'], 1)} of communication transfer time below n½"
                      + ("" if save is None else f"; coalescing would save {save:.3f} ms"))
+    if s.get("exposed_by_cause"):
+        lines.append("exposed communication by cause: " + ", ".join(
+            f"{c['cause'].replace('_', ' ')} {pct(c['share_pct'], 1)}" for c in s["exposed_by_cause"]))
     if s.get("stragglers"):
         parts = [f"rank {r['rank']}" + (f" (last {r['times_last']}×)" if r.get("times_last") is not None else "")
                  for r in s["stragglers"]]

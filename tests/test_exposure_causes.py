@@ -237,3 +237,26 @@ def test_per_rank_sums_equal_exposed_time(kernels, late_us):
                 j.kernel(r, GEMM, s, s + length * 10, launch_us=(max(s - 20, 0), max(s - 19, 0)))
     if j.con.execute("SELECT count(*) FROM comm_kernels()").fetchone()[0]:
         j.check_sums()
+
+
+def test_summary_exposed_by_cause():
+    from nsys2comm.summary import build_summary
+
+    con = synth_db.build(syn.make_run())
+    s = build_summary(con)
+    by = s["exposed_by_cause"]
+    want = con.execute("SELECT cause, sum(exposed_ns) FROM exposed_comm_by_kernel() GROUP BY cause "
+                       "ORDER BY 2 DESC, 1").fetchall()
+    assert [(c["cause"], c["exposed_ns"]) for c in by] == [(c, int(n)) for c, n in want]
+    assert sum(c["share_pct"] for c in by) == pytest.approx(100, abs=1e-3)
+
+
+def test_summary_exposed_by_cause_not_available_without_communication():
+    from nsys2comm.summary import build_summary
+
+    j = Job(ranks=1)
+    j.kernel(0, GEMM, 0, 100)
+    s = build_summary(j.con)
+    assert s["exposed_by_cause"] is None
+    assert any(m.startswith("exposed_by_cause: not available (the job has no communication kernels)")
+               for m in s["missing"])
