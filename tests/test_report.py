@@ -238,7 +238,7 @@ def test_report_is_self_contained(report):
 
 def test_report_sections_and_missing_data(report):
     html = report.read_text(encoding="utf-8")
-    for sid in ("sec-overview", "sec-findings", "sec-breakdown", "sec-overlap", "sec-msgsize", "sec-busbw",
+    for sid in ("sec-overview", "sec-findings", "sec-breakdown", "sec-overlap", "sec-causes", "sec-msgsize", "sec-busbw",
                 "sec-latency",
                 "sec-skew", "sec-timeline", "sec-kernels"):
         assert f'id="{sid}"' in html, sid

@@ -38,6 +38,15 @@ CLASS_COLORS: dict[str, str] = {
     "memory": "#F58518",  # orange
     "idle": "#BAB0AC",  # grey
 }
+# One colour per cause of exposed communication (exposed_comm_causes), in the attribution order.
+CAUSE_COLORS: dict[str, str] = {
+    "serialised_stream": "#B5323A",  # dark red: cannot overlap at all
+    "arrival_skew": "#F58518",  # orange: waiting for a late rank
+    "serialised_communicators": "#9467BD",  # purple
+    "dependency_wait": "#4C78A8",  # blue
+    "nothing_to_overlap": "#BAB0AC",  # grey: no computation was ready
+    "unattributed": "#333333",
+}
 COLLECTIVE_ORDER = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                     "gather", "scatter", "send", "recv", "send_recv", "barrier", "p2p", "unknown"]
 WIDTH = 760
@@ -384,6 +393,31 @@ def straggler_chart(df: pl.DataFrame) -> alt.Chart:
     return alt.hconcat(last, wait, spacing=12, title=_title(
         "Straggler ranking", "Left: times each rank arrived last at a collective; right: the time it waited for "
                              "other ranks (a straggler arrives last often and waits little)"))
+
+
+@consumes(exposed_comm_causes=("rank", "cause", "exposed_ns"))
+def exposed_causes_chart(df: pl.DataFrame) -> alt.Chart:
+    """Stacked bars, one per rank: its exposed communication time split by cause (ms)."""
+    d = (df.group_by("rank", "cause").agg(pl.col("exposed_ns").sum())
+         .filter(pl.col("rank").is_in(df["rank"].unique().sort().head(MAX_BARS).implode()))
+         .select(pl.col("rank").cast(pl.Int64), "cause", _in("exposed_ns", "ms").alias("exposed_ms")))
+    present = set(d["cause"].to_list())
+    causes = [c for c in CAUSE_COLORS if c in present] + sorted(present - set(CAUSE_COLORS))
+    labels = [c.replace("_", " ") for c in causes]
+    order = {c: i for i, c in enumerate(causes)}
+    d = d.with_columns(pl.col("cause").str.replace_all("_", " ").alias("label"),
+                       pl.col("cause").replace_strict(order, default=99).alias("order"))
+    return alt.Chart(d, title=_title("Why communication is exposed, per rank",
+                                     "Exposed communication-kernel time by cause, in the attribution order")).mark_bar(
+    ).encode(
+        y=alt.Y("rank:O", title="rank"),
+        x=alt.X("exposed_ms:Q", title="exposed communication (ms)", stack="zero"),
+        color=alt.Color("label:N", title="cause", sort=labels,
+                        scale=alt.Scale(domain=labels, range=[CAUSE_COLORS.get(c, "#7f7f7f") for c in causes])),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("rank:O"), alt.Tooltip("label:N", title="cause"),
+                 alt.Tooltip("exposed_ms:Q", title="exposed (ms)", format=",.3f")],
+    ).properties(width=WIDTH - 200, height=max(60, min(18 * d["rank"].n_unique(), 600)))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Findings in plain words, computed from the catalog query frames the report draws.
 
-Each finding is one sentence with its numbers (formats from :mod:`.fmt`) and points at the chart that shows it
-(``anchor``). Functions are pure: frames in, findings out, reading only the columns they declare with
+Each finding is one sentence with its numbers (formats from :mod:`nsys2comm.units`) and points at the chart that
+shows it (``anchor``). Functions are pure: frames in, findings out, reading only the columns they declare with
 ``@consumes``. A finding whose data is missing is not produced (the section says why), and neither is one about
 something that takes less than :data:`MIN_SHARE_PCT` of the time it is measured against: advice about ~0 % is noise.
 """
@@ -174,10 +174,46 @@ def start_skew_findings(df: pl.DataFrame) -> list[Finding]:
                     "the early ranks wait that long inside NCCL.", "sec-skew")]
 
 
+@consumes(exposed_comm_causes=("collective", "cause", "exposed_ns", "late_rank"))
+def exposed_cause_findings(df: pl.DataFrame) -> list[Finding]:
+    """Per collective with the most exposed time (up to 3): its causes, biggest first, each at least MIN_SHARE_PCT."""
+    by = df.group_by("collective", "cause").agg(pl.col("exposed_ns").sum())
+    per_coll = by.group_by("collective").agg(pl.col("exposed_ns").sum().alias("total")).sort(
+        ["total", "collective"], descending=[True, False])
+    everything = _sum(per_coll, "total")
+    out = []
+    for coll, total in per_coll.head(3).iter_rows():
+        if total <= 0 or 100 * total / everything < MIN_SHARE_PCT:
+            continue
+        rows = by.filter(pl.col("collective") == coll).sort(["exposed_ns", "cause"], descending=[True, False])
+        parts = []
+        for cause, ns in rows.select("cause", "exposed_ns").iter_rows():
+            share = 100 * ns / total
+            if share < MIN_SHARE_PCT or len(parts) == 3:
+                break
+            what = cause.replace("_", " ")
+            if cause == "arrival_skew":
+                late = (df.filter((pl.col("collective") == coll) & (pl.col("cause") == cause)
+                                  & pl.col("late_rank").is_not_null())
+                        .group_by("late_rank").agg(pl.col("exposed_ns").sum())
+                        .sort(["exposed_ns", "late_rank"], descending=[True, False]))
+                if late.height:
+                    what += f" (rank {late['late_rank'][0]} late)"
+            parts.append(f"{pct(share)} is {what}" if parts else f"{pct(share)} of exposed {coll} time "
+                         f"({duration(total)}) is {what}")
+        if parts:
+            top = rows["cause"][0]
+            out.append(Finding(", ".join(parts) + ".", "sec-causes",
+                               "warning" if 100 * total / everything >= WARN_PCT and top != "nothing_to_overlap"
+                               else "info"))
+    return out
+
+
 # finding function, the catalog objects it takes (in order), the section it belongs to
 FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
     (overlap_findings, ("overlap_by_rank",), "sec-overlap"),
     (breakdown_findings, ("time_breakdown_by_rank",), "sec-breakdown"),
+    (exposed_cause_findings, ("exposed_comm_causes",), "sec-causes"),
     (latency_findings, ("latency_model",), "sec-latency"),
     (histogram_findings, ("msg_size_histogram",), "sec-msgsize"),
     (bandwidth_findings, ("collective_bandwidth",), "sec-busbw"),

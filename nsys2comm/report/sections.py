@@ -40,6 +40,7 @@ QUERIES: list[Query] = [
     Query("time_breakdown_by_rank"),
     Query("overlap_by_rank", needs=("comm",)),
     Query("comm_overlap_by_collective", needs=("comm",)),
+    Query("exposed_comm_causes", needs=("comm",), empty="no communication time is exposed"),
     Query("msg_size_histogram", needs=("comm",)),
     Query("collective_bandwidth", needs=("comm",), empty="no collective has a known message size",
           all_null=("busbw_gbps", "bus bandwidth needs the group size of each collective, which the trace does "
@@ -109,6 +110,14 @@ SECTIONS: list[SectionSpec] = [
                   "and hidden under other compute (ms).", ch.overlap_by_rank_chart, ("overlap_by_rank",)),
         ChartSpec("chart-overlap-coll", "Per collective, the share of its kernel time that is exposed or hidden (%).",
                   ch.overlap_by_collective_chart, ("comm_overlap_by_collective",)),
+    )),
+    SectionSpec("sec-causes", "Why communication is exposed",
+                "Each exposed ns of a communication kernel gets one cause, in this order: its stream also runs "
+                "computation; it waited for a late rank; it queued behind another collective on its stream or "
+                "communicator; the next computation was queued but waited for it; no computation was launched yet.", (
+        ChartSpec("chart-causes", "Stacked bars, one per rank: exposed communication-kernel time by cause (ms); "
+                  "concurrent communication kernels each count.", ch.exposed_causes_chart, ("exposed_comm_causes",),
+                  "exposed|communication"),
     )),
     SectionSpec("sec-msgsize", "Message sizes", "How much time each collective spends at each message size.", (
         ChartSpec("chart-msgsize", "Kernel time per power-of-two message-size bucket on a log2 size axis, stacked by "
