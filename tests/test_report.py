@@ -238,9 +238,8 @@ def test_report_is_self_contained(report):
 
 def test_report_sections_and_missing_data(report):
     html = report.read_text(encoding="utf-8")
-    for sid in ("sec-overview", "sec-findings", "sec-breakdown", "sec-overlap", "sec-causes", "sec-msgsize", "sec-busbw",
-                "sec-latency",
-                "sec-skew", "sec-timeline", "sec-kernels"):
+    for sid in ("sec-overview", "sec-findings", "sec-breakdown", "sec-overlap", "sec-causes", "sec-msgsize",
+                "sec-busbw", "sec-latency", "sec-skew", "sec-timeline", "sec-kernels"):
         assert f'id="{sid}"' in html, sid
     # the ingest note is shown as a warning in the overview
     assert "re-export with --include-blobs=true" in html
