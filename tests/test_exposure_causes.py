@@ -260,3 +260,19 @@ def test_summary_exposed_by_cause_not_available_without_communication():
     assert s["exposed_by_cause"] is None
     assert any(m.startswith("exposed_by_cause: not available (the job has no communication kernels)")
                for m in s["missing"])
+
+
+def test_cause_finding_names_the_biggest_cause_first_and_the_late_rank():
+    import polars as pl
+
+    from nsys2comm.report.findings import exposed_cause_findings
+
+    df = pl.DataFrame({
+        "rank": [0, 1, 0, 1, 0], "collective": ["all_to_all"] * 4 + ["all_reduce"],
+        "cause": ["arrival_skew", "arrival_skew", "dependency_wait", "nothing_to_overlap", "dependency_wait"],
+        "exposed_ns": [40_000_000, 22_000_000, 30_000_000, 8_000_000, 100],
+        "late_rank": [7, 3, None, None, None]})
+    (f,) = exposed_cause_findings(df)  # all_reduce: 100 ns of 100 ms is below MIN_SHARE_PCT
+    assert f.text == ("62% of exposed all_to_all time (100 ms) is arrival skew (rank 7 late), 30% is dependency "
+                      "wait, 8% is nothing to overlap.")
+    assert f.anchor == "sec-causes" and f.level == "warning"
