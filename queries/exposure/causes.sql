@@ -21,17 +21,19 @@
 --                              later than right_after_ns after the end: it waited for something else).
 -- The rest after 'arrival_skew' goes to one cause, decided at the kernel's end. Per rank the causes add up to
 -- comm_kernels.exposed_ns exactly. Computation = kernels whose class is_computation_class. Launches are the
--- api_calls rows with the kernel's rank and correlation id (_exposure_launch_calls).
+-- api_calls rows with the kernel's rank and correlation id (_exposure_launches).
 
--- @macro _exposure_launch_calls
+-- @macro _exposure_launches
 -- One launch call per (rank, correlation_id): the api_calls row with the earliest start (then the lowest call_id),
 -- e.g. the runtime call rather than the driver call it makes.
 -- @column rank: Rank.
 -- @column correlation_id: Correlation id.
+-- @column pid: Process id of the launching thread (-1 when unknown).
+-- @column tid: Launching thread (NULL when unknown).
 -- @column launch_start_ns: Start of the launch call (ns).
 -- @column launch_end_ns: End of the launch call (ns): from then on the kernel is queued on its stream.
-CREATE OR REPLACE MACRO _exposure_launch_calls() AS TABLE
-SELECT rank, correlation_id, start_ns AS launch_start_ns, end_ns AS launch_end_ns
+CREATE OR REPLACE MACRO _exposure_launches() AS TABLE
+SELECT rank, correlation_id, coalesce(pid, -1) AS pid, tid, start_ns AS launch_start_ns, end_ns AS launch_end_ns
 FROM api_calls
 WHERE correlation_id IS NOT NULL
 QUALIFY row_number() OVER (PARTITION BY rank, correlation_id ORDER BY start_ns, call_id) = 1;
@@ -89,7 +91,7 @@ WITH ck AS (
   SELECT rank, device_id, stream_id, end_ns, kernel_id, collective FROM ck
 ), prev_pg AS (
   SELECT rank, pg_name, end_ns, kernel_id, collective FROM ck WHERE pg_name IS NOT NULL
-), launches AS (SELECT * FROM _exposure_launch_calls()
+), launches AS (SELECT * FROM _exposure_launches()
 ), steps AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _steps()
 ), e AS (
   SELECT ck.*, coalesce(sc.n, 0) AS stream_compute_kernels, w.wait_ns, w.last_arriving_rank,

@@ -1,0 +1,276 @@
+-- @include overlap/timeline.sql
+-- @include overlap/overlap.sql
+-- @include intervals/intervals.sql
+-- @include messages/messages.sql
+-- Contention: what running computation and communication at the same time costs each of them (T3, Pati et al.
+-- 2024: overlapped GEMMs and collectives share SMs and memory bandwidth, so both slow down).
+--
+-- A kernel is a sample 'alone' when nothing of the other side runs on its rank at any moment of it, 'overlapped'
+-- when the other side covers at least overlapped_min_pct of its duration, and 'partial' (in neither sample)
+-- otherwise. Kernels of zero duration are no samples. Alone and overlapped kernels of one group are compared
+-- within the same step windows (the k-th step of every rank is window k, see _steps; kernels are placed by their
+-- start; kernels outside every step are left out): only windows holding both an alone and an overlapped sample
+-- of the group count, so a group whose alone kernels all ran in another iteration (warm-up, another phase) is
+-- not compared. A job without steps is one window. A group needs min_samples kernels on each side to be
+-- 'measured'; otherwise its slowdown and lost time are NULL (never 0).
+-- Per group: slowdown_pct = 100 × (median_overlapped / median_alone − 1) and
+-- lost_ns = Σ over the overlapped samples of (duration − median_alone).
+
+-- @macro _exposure_kernel_window
+-- Step window of every kernel: the ordinal of the step (_steps) of the kernel's rank whose CPU range
+-- [step_start_ns, step_end_ns) holds the kernel's start (ASOF lookup of the last step started, no range join);
+-- 0 for every kernel when the job has no steps; NULL for a kernel outside every step of a job that has steps.
+-- @column kernel_id: Kernel id.
+-- @column window_ord: Step ordinal (the same ordinal on every rank is one window), 0 without steps, NULL outside steps.
+CREATE OR REPLACE MACRO _exposure_kernel_window() AS TABLE
+WITH _exposure_st AS (
+  SELECT rank, step_ord, step_start_ns, step_end_ns FROM _steps()
+), _exposure_has_steps AS (
+  SELECT count(*) > 0 AS on_ FROM _exposure_st
+)
+SELECT k.kernel_id,
+       CASE WHEN NOT (SELECT on_ FROM _exposure_has_steps) THEN 0
+            WHEN k.start_ns < s.step_end_ns THEN s.step_ord END AS window_ord
+FROM kernels k ASOF LEFT JOIN _exposure_st s ON k.rank = s.rank AND k.start_ns >= s.step_start_ns;
+
+-- @macro _exposure_gemm_samples
+-- Every GEMM kernel (kernel_class 'gemm', positive duration) with how much of it ran while communication ran
+-- on its rank (intervals_covered_ns of the kernel by the union of the rank's communication kernels) and its
+-- sample: 'alone' when comm_covered_ns = 0, 'overlapped' when 100 × comm_covered_ns >= overlapped_min_pct ×
+-- duration_ns, else 'partial'.
+-- @param overlapped_min_pct: Share of the kernel (%) that communication must cover for an 'overlapped' sample.
+-- @column kernel_id: GEMM kernel id.
+-- @column rank: Rank.
+-- @column window_ord: Step window (_exposure_kernel_window).
+-- @column short_name: Kernel base name.
+-- @column grid_x: Grid size, x.
+-- @column grid_y: Grid size, y.
+-- @column grid_z: Grid size, z.
+-- @column block_x: Block size, x.
+-- @column block_y: Block size, y.
+-- @column block_z: Block size, z.
+-- @column start_ns: Kernel start (ns).
+-- @column end_ns: Kernel end (ns).
+-- @column duration_ns: end_ns − start_ns (ns).
+-- @column comm_covered_ns: Part of the kernel during which a communication kernel ran on the rank (ns).
+-- @column sample: 'alone', 'overlapped' or 'partial'.
+CREATE OR REPLACE MACRO _exposure_gemm_samples(overlapped_min_pct) AS TABLE
+WITH _exposure_comm_iv AS (
+  SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE kernel_class = 'communication'
+), _exposure_gemm_probe AS (
+  SELECT rank AS grp, kernel_id AS probe_id, start_ns, end_ns FROM kernels
+  WHERE kernel_class = 'gemm' AND end_ns > start_ns
+), _exposure_cov AS (
+  SELECT probe_id AS kernel_id, covered_ns FROM intervals_covered_ns('_exposure_comm_iv', '_exposure_gemm_probe')
+)
+SELECT k.kernel_id, k.rank, w.window_ord, k.short_name, k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y,
+       k.block_z, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns, c.covered_ns AS comm_covered_ns,
+       CASE WHEN c.covered_ns = 0 THEN 'alone'
+            WHEN 100 * c.covered_ns >= overlapped_min_pct * (k.end_ns - k.start_ns) THEN 'overlapped'
+            ELSE 'partial' END AS sample
+FROM kernels k
+JOIN _exposure_cov c USING (kernel_id)
+JOIN _exposure_kernel_window() w USING (kernel_id);
+
+-- @macro _exposure_comm_samples
+-- Every communication kernel of positive duration (comm_kernels) with its sample: 'alone' when no computation
+-- ran on its rank during it (overlapped_by_compute_ns = 0), 'overlapped' when 100 × overlapped_by_compute_ns >=
+-- overlapped_min_pct × duration_ns, else 'partial'; and its bus bandwidth (collective_bandwidth_by_op).
+-- @param overlapped_min_pct: Share of the kernel (%) that computation must cover for an 'overlapped' sample.
+-- @column kernel_id: Communication kernel id.
+-- @column rank: Rank.
+-- @column window_ord: Step window (_exposure_kernel_window).
+-- @column collective: Canonical collective.
+-- @column msg_bytes: Size S (bytes), when known.
+-- @column group_size: Ranks in the communicator, when known.
+-- @column duration_ns: Kernel duration (ns).
+-- @column compute_covered_ns: comm_kernels.overlapped_by_compute_ns (ns).
+-- @column busbw_gbps: Bus bandwidth of the operation (GB/s), NULL when its size or group is unknown.
+-- @column sample: 'alone', 'overlapped' or 'partial'.
+CREATE OR REPLACE MACRO _exposure_comm_samples(overlapped_min_pct) AS TABLE
+SELECT c.kernel_id, c.rank, w.window_ord, c.collective, c.msg_bytes, c.group_size, c.duration_ns,
+       c.overlapped_by_compute_ns AS compute_covered_ns, b.busbw_gbps,
+       CASE WHEN c.overlapped_by_compute_ns = 0 THEN 'alone'
+            WHEN 100 * c.overlapped_by_compute_ns >= overlapped_min_pct * c.duration_ns THEN 'overlapped'
+            ELSE 'partial' END AS sample
+FROM comm_kernels() c
+JOIN _exposure_kernel_window() w USING (kernel_id)
+LEFT JOIN collective_bandwidth_by_op() b USING (kernel_id)
+WHERE c.duration_ns > 0;
+
+-- @macro _exposure_contention
+-- The comparison shared by gemm_contention and comm_contention, for the samples of one kind: 'gemm'
+-- (_exposure_gemm_samples, grouped by gemm_shape) or 'comm' (_exposure_comm_samples, grouped by comm_group, with
+-- the bus bandwidth as val). The other kind's branch is constant-false and pruned by the optimizer. Windows with
+-- both an alone and an overlapped sample of the group are used (window_ord NULL is never used); medians are exact.
+-- @param sample_kind: 'gemm' or 'comm'.
+-- @param min_samples: Samples needed on each side for a measured group.
+-- @param overlapped_min_pct: Share of a kernel (%) the other side must cover for an 'overlapped' sample.
+-- @column gemm_shape: GEMM shape group (short_name, grid_x/y/z, block_x/y/z); NULL for 'comm'.
+-- @column comm_group: Communication group (collective, msg_bytes, group_size); NULL for 'gemm'.
+-- @column kernels: Kernels of the group (all samples, every window).
+-- @column partial_samples: Kernels of the group partly overlapped (in neither sample).
+-- @column windows: Windows used (with both an alone and an overlapped sample).
+-- @column alone_samples: Alone kernels in the windows used.
+-- @column overlapped_samples: Overlapped kernels in the windows used.
+-- @column median_alone_ns: Median duration of the alone samples (ns, DOUBLE).
+-- @column median_overlapped_ns: Median duration of the overlapped samples (ns, DOUBLE).
+-- @column median_alone_val: Median val (bus bandwidth for 'comm', GB/s) of the alone samples.
+-- @column median_overlapped_val: Median val of the overlapped samples.
+-- @column overlapped_sum_ns: Σ duration of the overlapped samples (ns).
+-- @column measured: True when both sides have >= min_samples (and >= 1) samples.
+-- @column slowdown_pct: 100 × (median_overlapped_ns − median_alone_ns) / median_alone_ns when measured.
+-- @column lost_ns: Σ over the overlapped samples of (duration − median_alone_ns) (ns, DOUBLE) when measured.
+CREATE OR REPLACE MACRO _exposure_contention(sample_kind, min_samples, overlapped_min_pct) AS TABLE
+WITH _exposure_in AS (
+  SELECT {'short_name': short_name, 'grid_x': grid_x, 'grid_y': grid_y, 'grid_z': grid_z, 'block_x': block_x,
+          'block_y': block_y, 'block_z': block_z} AS gemm_shape,
+         NULL::STRUCT(collective VARCHAR, msg_bytes BIGINT, group_size INTEGER) AS comm_group,
+         window_ord, duration_ns, sample, NULL::DOUBLE AS val
+  FROM _exposure_gemm_samples(overlapped_min_pct) WHERE sample_kind = 'gemm'
+  UNION ALL
+  SELECT NULL::STRUCT(short_name VARCHAR, grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER,
+                      block_y INTEGER, block_z INTEGER),
+         {'collective': collective, 'msg_bytes': msg_bytes, 'group_size': group_size},
+         window_ord, duration_ns, sample, busbw_gbps
+  FROM _exposure_comm_samples(overlapped_min_pct) WHERE sample_kind = 'comm'
+), _exposure_s AS (
+  SELECT gemm_shape, comm_group, window_ord, duration_ns, sample, val,
+         -- bool_or over an unordered window: a FILTERed count here costs ~100x (DuckDB 2.0, 450k rows)
+         bool_or(sample = 'alone') OVER w AND bool_or(sample = 'overlapped') OVER w
+           AND window_ord IS NOT NULL AS used
+  FROM _exposure_in
+  WINDOW w AS (PARTITION BY gemm_shape, comm_group, window_ord)
+), _exposure_g AS (
+  SELECT gemm_shape, comm_group, count(*) AS kernels, count(*) FILTER (WHERE sample = 'partial') AS partial_samples,
+         count(DISTINCT window_ord) FILTER (WHERE used) AS windows,
+         count(*) FILTER (WHERE used AND sample = 'alone') AS alone_samples,
+         count(*) FILTER (WHERE used AND sample = 'overlapped') AS overlapped_samples,
+         median(duration_ns) FILTER (WHERE used AND sample = 'alone')::DOUBLE AS median_alone_ns,
+         median(duration_ns) FILTER (WHERE used AND sample = 'overlapped')::DOUBLE AS median_overlapped_ns,
+         median(val) FILTER (WHERE used AND sample = 'alone')::DOUBLE AS median_alone_val,
+         median(val) FILTER (WHERE used AND sample = 'overlapped')::DOUBLE AS median_overlapped_val,
+         sum(duration_ns) FILTER (WHERE used AND sample = 'overlapped')::DOUBLE AS overlapped_sum_ns
+  FROM _exposure_s GROUP BY gemm_shape, comm_group
+), _exposure_m AS (
+  SELECT *, alone_samples >= greatest(min_samples, 1) AND overlapped_samples >= greatest(min_samples, 1) AS measured
+  FROM _exposure_g
+)
+SELECT gemm_shape, comm_group, kernels, partial_samples, windows, alone_samples, overlapped_samples,
+       median_alone_ns, median_overlapped_ns, median_alone_val, median_overlapped_val, overlapped_sum_ns, measured,
+       CASE WHEN measured THEN 100.0 * (median_overlapped_ns - median_alone_ns) / median_alone_ns END::DOUBLE
+         AS slowdown_pct,
+       CASE WHEN measured THEN overlapped_sum_ns - overlapped_samples * median_alone_ns END::DOUBLE AS lost_ns
+FROM _exposure_m;
+
+-- @macro gemm_contention
+-- GEMM slowdown while communication runs, per shape group, and for the job. A shape group is the kernel base
+-- name with its grid and block sizes (short_name, grid_x/y/z, block_x/y/z); the launching operator's input
+-- dimensions are not part of it because the canonical schema does not keep them (cpu_ranges stores only
+-- communication and step ranges). A GEMM is 'alone' when no communication kernel on its rank overlaps it at all,
+-- 'overlapped' when communication covers >= overlapped_min_pct of its duration (intervals_covered_ns by the
+-- union of the rank's communication kernels), partial otherwise (left out); both samples are taken within the
+-- same step windows (see the file header). A group is 'measured' with >= min_samples samples on each side; else
+-- 'too_few_samples' and its slowdown and lost time are NULL.
+-- The last row (scope 'job') pools the measured groups: their samples, Σ lost_ns (the time lost to contention;
+-- groups with too few samples are skipped), and slowdown_pct = 100 × Σ lost_ns / Σ (overlapped_samples ×
+-- median_alone_ns), the time-weighted slowdown of the overlapped GEMMs; status 'measured' when at least one group
+-- is. It is absent when the job has no GEMM.
+-- @param min_samples: Samples needed on each side (alone and overlapped) before a slowdown is reported; 5 keeps a
+-- single outlier from setting a median while still measuring short traces of a few iterations.
+-- @param overlapped_min_pct: Share of a GEMM (%) that communication must cover for it to count as overlapped;
+-- 50 = at least half of the kernel ran under communication.
+-- @column scope: 'shape_group' (one shape group) or 'job' (the measured groups pooled).
+-- @column short_name: Kernel base name (NULL on the job row).
+-- @column grid_x: Grid size, x (NULL on the job row).
+-- @column grid_y: Grid size, y (NULL on the job row).
+-- @column grid_z: Grid size, z (NULL on the job row).
+-- @column block_x: Block size, x (NULL on the job row).
+-- @column block_y: Block size, y (NULL on the job row).
+-- @column block_z: Block size, z (NULL on the job row).
+-- @column kernels: GEMM kernels of the group (all ranks, positive duration); job row: of the measured groups.
+-- @column partial_samples: Kernels partly overlapped (< overlapped_min_pct, > 0), in neither sample.
+-- @column windows: Step windows with both an alone and an overlapped sample of the group (used windows); NULL on the job row.
+-- @column alone_samples: Alone kernels in the used windows.
+-- @column overlapped_samples: Overlapped kernels in the used windows.
+-- @column median_alone_ns: Median duration of the alone samples (ns, rounded); NULL without samples and on the job row.
+-- @column median_overlapped_ns: Median duration of the overlapped samples (ns, rounded); NULL without samples and on the job row.
+-- @column slowdown_pct: 100 × (median_overlapped / median_alone − 1) (exact medians); job row: time-weighted over the measured groups; NULL unless measured.
+-- @column lost_ns: Σ over the overlapped samples of (duration − median_alone) (ns, rounded); job row: Σ over the measured groups; NULL unless measured.
+-- @column status: 'measured' or 'too_few_samples'.
+CREATE OR REPLACE MACRO gemm_contention(min_samples := 5, overlapped_min_pct := 50) AS TABLE
+WITH _exposure_r AS (
+  SELECT * FROM _exposure_contention('gemm', min_samples, overlapped_min_pct)
+), _exposure_rows AS (
+  SELECT 'shape_group' AS scope, gemm_shape.short_name, gemm_shape.grid_x, gemm_shape.grid_y, gemm_shape.grid_z,
+         gemm_shape.block_x, gemm_shape.block_y, gemm_shape.block_z, kernels, partial_samples, windows, alone_samples,
+         overlapped_samples,
+         CAST(round(median_alone_ns) AS BIGINT) AS median_alone_ns,
+         CAST(round(median_overlapped_ns) AS BIGINT) AS median_overlapped_ns,
+         slowdown_pct, CAST(round(lost_ns) AS BIGINT) AS lost_ns,
+         CASE WHEN measured THEN 'measured' ELSE 'too_few_samples' END AS status
+  FROM _exposure_r
+  UNION ALL
+  SELECT 'job', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+         coalesce(sum(kernels) FILTER (WHERE measured), 0), coalesce(sum(partial_samples) FILTER (WHERE measured), 0),
+         NULL, coalesce(sum(alone_samples) FILTER (WHERE measured), 0),
+         coalesce(sum(overlapped_samples) FILTER (WHERE measured), 0), NULL, NULL,
+         (100.0 * sum(lost_ns) FILTER (WHERE measured)
+           / sum(overlapped_samples * median_alone_ns) FILTER (WHERE measured))::DOUBLE,
+         CAST(round(sum(lost_ns) FILTER (WHERE measured)) AS BIGINT),
+         CASE WHEN bool_or(measured) THEN 'measured' ELSE 'too_few_samples' END
+  FROM _exposure_r
+  HAVING count(*) > 0
+)
+SELECT scope, short_name, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+       CAST(kernels AS BIGINT) AS kernels, CAST(partial_samples AS BIGINT) AS partial_samples,
+       CAST(windows AS BIGINT) AS windows, CAST(alone_samples AS BIGINT) AS alone_samples,
+       CAST(overlapped_samples AS BIGINT) AS overlapped_samples, median_alone_ns, median_overlapped_ns,
+       slowdown_pct, lost_ns, status
+FROM _exposure_rows
+ORDER BY scope = 'job', lost_ns DESC NULLS LAST, short_name, grid_x, grid_y, grid_z, block_x, block_y, block_z;
+
+-- @macro comm_contention
+-- Communication slowdown while computation runs, per (collective, msg_bytes, group_size): communication
+-- kernels (comm_kernels, positive duration) 'alone' (overlapped_by_compute_ns = 0: no gemm, convolution,
+-- attention or compute kernel ran on the rank during it) against 'overlapped' (computation covers >=
+-- overlapped_min_pct of the kernel), partial ones left out, within the same step windows (see the file header).
+-- Bus bandwidth is nccl-tests' busbw of each operation (collective_bandwidth_by_op). A kernel's duration
+-- includes time spent waiting for late peers (see collective_skew), which this comparison does not separate.
+-- A group is 'measured' with >= min_samples samples on each side; else 'too_few_samples' and its slowdown and
+-- lost time are NULL.
+-- @param min_samples: Samples needed on each side (alone and overlapped) before a slowdown is reported; 5, as
+-- for gemm_contention.
+-- @param overlapped_min_pct: Share of a communication kernel (%) that computation must cover for it to count as
+-- overlapped; 50, as for gemm_contention.
+-- @column collective: Canonical collective ('unknown' without a comm_ops row).
+-- @column msg_bytes: Size S (bytes), NULL when unknown.
+-- @column group_size: Ranks in the communicator, NULL when unknown.
+-- @column kernels: Communication kernels of the group (all ranks, positive duration).
+-- @column partial_samples: Kernels partly under computation (< overlapped_min_pct, > 0), in neither sample.
+-- @column windows: Step windows with both an alone and an overlapped sample of the group (used windows).
+-- @column alone_samples: Alone kernels in the used windows.
+-- @column overlapped_samples: Overlapped kernels in the used windows.
+-- @column median_alone_ns: Median duration of the alone samples (ns, rounded); NULL without samples.
+-- @column median_overlapped_ns: Median duration of the overlapped samples (ns, rounded); NULL without samples.
+-- @column median_busbw_alone_gbps: Median bus bandwidth of the alone samples (GB/s); NULL when unknown.
+-- @column median_busbw_overlapped_gbps: Median bus bandwidth of the overlapped samples (GB/s); NULL when unknown.
+-- @column slowdown_pct: 100 × (median_overlapped / median_alone − 1) (exact medians); NULL unless measured.
+-- @column lost_ns: Σ over the overlapped samples of (duration − median_alone) (ns, rounded); NULL unless measured.
+-- @column status: 'measured' or 'too_few_samples'.
+CREATE OR REPLACE MACRO comm_contention(min_samples := 5, overlapped_min_pct := 50) AS TABLE
+WITH _exposure_r AS (
+  SELECT * FROM _exposure_contention('comm', min_samples, overlapped_min_pct)
+), _exposure_out AS (
+  SELECT comm_group.collective, comm_group.msg_bytes, comm_group.group_size, CAST(kernels AS BIGINT) AS kernels,
+         CAST(partial_samples AS BIGINT) AS partial_samples, CAST(windows AS BIGINT) AS windows,
+         CAST(alone_samples AS BIGINT) AS alone_samples, CAST(overlapped_samples AS BIGINT) AS overlapped_samples,
+         CAST(round(median_alone_ns) AS BIGINT) AS median_alone_ns,
+         CAST(round(median_overlapped_ns) AS BIGINT) AS median_overlapped_ns,
+         median_alone_val AS median_busbw_alone_gbps, median_overlapped_val AS median_busbw_overlapped_gbps,
+         slowdown_pct, CAST(round(lost_ns) AS BIGINT) AS lost_ns,
+         CASE WHEN measured THEN 'measured' ELSE 'too_few_samples' END AS status
+  FROM _exposure_r
+)
+SELECT * FROM _exposure_out
+ORDER BY lost_ns DESC NULLS LAST, collective, msg_bytes NULLS LAST, group_size NULLS LAST;
