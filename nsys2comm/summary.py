@@ -38,9 +38,22 @@ exposed_by_cause           [{cause, exposed_ns, share_pct}] why communication wa
                            over the job, largest first); exposed_ns sums comm_kernels.exposed_ns, where concurrent
                            communication kernels each count, so its total can exceed exposed_comm_ns; share_pct is
                            of that total
+gemm_contention            {slowdown_pct, lost_ns, measured_groups}: GEMMs under communication against alone, in the
+                           same steps (gemm_contention's job row, T3's contention); null when no shape has enough
+                           samples on both sides
+serialised_pairs           {pairs, headroom_ns}: producer GEMM → exposed collective pairs run back to back, and the
+                           summed T3 headroom of a tile-by-tile overlap after contention (serialised_pairs);
+                           headroom_ns null when no GEMM slowdown could be measured
 max_skew_ms                largest start skew of one collective instance across its ranks, ms
 stragglers                 [{rank, times_last, wait_ns}] up to 3 likeliest stragglers (rank_wait's TraceLens
                            order: least total wait first), only ranks that arrived last at least once
+parallel_layout            [{kind, degree, groups, confidence, source, evidence}] one per dimension tp, cp, ep, dp,
+                           pp (parallel_degrees: the trace's process groups, else --layout; degree null when
+                           unknown; confidence 'named', 'assumed' or 'inferred')
+volume_check               [{step_ord, step_no, kind, collective, scheme, degree, predicted_bytes, measured_bytes,
+                           ratio, verdict, reason}] expected against measured bytes per rank per step (nccl-tests
+                           size S; verdict 'match' within 0.8-1.25×, 'over', 'under', 'unexpected',
+                           'not_evaluated'); null when no model is given (--model), named in ``missing``
 failed_files               [{path, error}] traces that could not be ingested (one-off summaries of trace files)
 missing                    [str] what data was missing and what to do about it (ingest notes, absent queries);
                            a metric that cannot be computed is null and named here as "KEY: not available (why)";
@@ -77,6 +90,10 @@ WAIT = "rank_wait"
 SKEW = "collective_skew"
 DIAGNOSTICS = "diagnostics"
 CAUSES = "exposed_comm_causes"
+DEGREES = "parallel_degrees"
+VOLUME = "volume_check"
+CONTENTION = "gemm_contention"
+PAIRS = "serialised_pairs"
 # the documented columns each summary section reads (tests check them against the catalog)
 COLUMNS = {
     OVERLAP: ("rank", "busy_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
@@ -90,13 +107,19 @@ COLUMNS = {
     SKEW: ("start_skew_ns",),
     DIAGNOSTICS: ("severity", "rank", "code", "message"),
     CAUSES: ("cause", "exposed_ns"),
+    DEGREES: ("kind", "degree", "groups", "confidence", "source", "evidence"),
+    VOLUME: ("step_ord", "step_no", "kind", "collective", "scheme", "degree", "predicted_bytes", "measured_bytes",
+             "ratio", "verdict", "reason"),
+    CONTENTION: ("scope", "kernels", "slowdown_pct", "lost_ns", "status"),
+    PAIRS: ("headroom_ns",),
 }
 
 SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "sources", "gpu_busy_ns", "comm_ns",
                 "comm_share_pct", "overlap_pct", "exposed_comm_ns", "exposed_comm_pct", "worst_rank",
                 "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "latency_bound_pct",
-                "coalescing_saving_ms", "latency_models", "exposed_by_cause", "max_skew_ms", "stragglers",
-                "failed_files", "missing", "thresholds", "ok"]
+                "coalescing_saving_ms", "latency_models", "exposed_by_cause", "gemm_contention", "serialised_pairs",
+                "max_skew_ms", "stragglers", "parallel_layout", "volume_check", "failed_files", "missing",
+                "thresholds", "ok"]
 DIGITS = 6  # every float in the summary: 6 significant digits (one precision for every key)
 
 
@@ -149,9 +172,10 @@ def empty_summary(why: str) -> dict[str, Any]:
     return s
 
 
-def build_summary(con, failed_files: list[dict] | None = None) -> dict[str, Any]:
+def build_summary(con, failed_files: list[dict] | None = None, volume: dict | None = None) -> dict[str, Any]:
     """The summary dict of the job in ``con`` (an open job database); ``failed_files`` ({path, error}) lists the
-    traces a one-off ingest could not read."""
+    traces a one-off ingest could not read; ``volume`` holds the volume_check parameters of ``--model`` and
+    ``--layout`` (:func:`nsys2comm.model.volume_params`)."""
     missing: list[str] = []
     s: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
     s.update(schema_version=SCHEMA_VERSION, nsys2comm_version=__version__, stragglers=[], missing=missing,
@@ -164,6 +188,8 @@ def build_summary(con, failed_files: list[dict] | None = None) -> dict[str, Any]
     _latency(s, con, missing)
     _skew(s, con, missing)
     _causes(s, con, missing)
+    _volume(s, con, missing, volume or {})
+    _contention(s, con, missing)
     _notes(s, con, missing)
     if s["files"] == 0:
         missing.insert(0, f"{NO_TRACES}: the job holds no trace files")
@@ -261,6 +287,47 @@ def _causes(s: dict, con, missing: list[str]) -> None:
     total = by["exposed_ns"].sum()
     s["exposed_by_cause"] = [{"cause": r["cause"], "exposed_ns": _int(r["exposed_ns"]),
                               "share_pct": _pct(r["exposed_ns"], total)} for r in by.iter_rows(named=True)]
+
+
+def _contention(s: dict, con, missing: list[str]) -> None:
+    """What overlap costs GEMMs (gemm_contention's job row) and the T3 headroom of serialised pairs."""
+    if not s["comm_ns"]:
+        return
+    cont = _query(con, CONTENTION, missing)
+    if cont is not None:
+        job = cont.filter((pl.col("scope") == "job") & (pl.col("status") == "measured"))
+        if job.height:
+            r = job.row(0, named=True)
+            groups = cont.filter((pl.col("scope") == "shape_group") & (pl.col("status") == "measured")).height
+            s["gemm_contention"] = {"slowdown_pct": r["slowdown_pct"], "lost_ns": _int(r["lost_ns"]),
+                                    "measured_groups": groups}
+        else:
+            not_available(s, "gemm_contention", "no GEMM shape has enough kernels both alone and under "
+                                                "communication in the same steps")
+    pairs = _query(con, PAIRS, missing)
+    if pairs is not None:
+        known = pairs["headroom_ns"].drop_nulls()
+        s["serialised_pairs"] = {"pairs": pairs.height,
+                                 "headroom_ns": _int(known.sum()) if pairs.height and known.len() else None}
+        if pairs.height and not known.len():
+            not_available(s, "serialised_pairs.headroom_ns", "no GEMM slowdown under communication could be measured")
+
+
+def _volume(s: dict, con, missing: list[str], params: dict) -> None:
+    """The parallel layout (parallel_degrees) and, with a model, expected against measured volume (volume_check)."""
+    from .model import layout_params
+
+    degrees = _query(con, DEGREES, missing, layout_params(params))
+    if degrees is not None:
+        s["parallel_layout"] = [{k: r[k] for k in COLUMNS[DEGREES]} for r in degrees.iter_rows(named=True)]
+    if not any(k in params for k in ("layers", "hidden", "params")):
+        if s["ranks"]:
+            not_available(s, "volume_check", "no model given: --model layers=…,hidden=…,seq=…,micro_batch=…,"
+                                             "vocab=…,dtype=bf16 or a config.json")
+        return
+    vol = _query(con, VOLUME, missing, params)
+    if vol is not None:
+        s["volume_check"] = [{k: r[k] for k in COLUMNS[VOLUME]} for r in vol.iter_rows(named=True)]
 
 
 def _notes(s: dict, con, missing: list[str]) -> None:
@@ -390,6 +457,13 @@ def format_summary(s: dict) -> str:
     if s.get("exposed_by_cause"):
         lines.append("exposed communication by cause: " + ", ".join(
             f"{c['cause'].replace('_', ' ')} {pct(c['share_pct'], 1)}" for c in s["exposed_by_cause"]))
+    if s.get("gemm_contention"):
+        c = s["gemm_contention"]
+        lines.append(f"GEMM contention: {pct(c['slowdown_pct'], 1)} slower beside communication, "
+                     f"{duration(c['lost_ns'])} lost ({c['measured_groups']} shape(s) measured)")
+    if s.get("serialised_pairs"):
+        sp = s["serialised_pairs"]
+        lines.append(f"serialised GEMM → collective pairs: {sp['pairs']}, T3 headroom {duration(sp['headroom_ns'])}")
     if s.get("stragglers"):
         parts = [f"rank {r['rank']}" + (f" (last {r['times_last']}×)" if r.get("times_last") is not None else "")
                  for r in s["stragglers"]]
@@ -399,6 +473,7 @@ def format_summary(s: dict) -> str:
         lines.append("stragglers: not available (see missing: max_skew_ms)")
     else:
         lines.append(f"stragglers: none found (max skew {s['max_skew_ms']:.3f} ms)")
+    lines += _volume_lines(s)
     for m in s["missing"]:
         lines.append(f"missing: {m}")
     for t in s["thresholds"]:
@@ -406,3 +481,30 @@ def format_summary(s: dict) -> str:
         val = "n/a" if t["value"] is None else f"{t['value']:g}"
         lines.append(f"threshold {t['name'].replace('_', '-')} {t['limit']:g}: {status} (value {val})")
     return "\n".join(lines)
+
+
+def _volume_lines(s: dict) -> list[str]:
+    """One line for the parallel layout, one for the volume check."""
+    out = []
+    dims = s.get("parallel_layout")
+    if dims:
+        parts = [f"{d['kind']} {d['degree'] if d['degree'] is not None else '?'} ({d['confidence'] or 'unknown'})"
+                 for d in dims if d["degree"] != 1 or d["groups"]]
+        out.append("parallel layout: " + (", ".join(parts) if parts else "no parallel dimension found"))
+    vol = s.get("volume_check")
+    if vol is None:
+        out.append("volume check: not available (see missing: volume_check)" if s.get("ranks") else
+                   "volume check: n/a")
+        return out
+    counts: dict[str, int] = {}
+    for r in vol:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    worst = sorted((r for r in vol if r["verdict"] in ("over", "under") and r["ratio"] is not None),
+                   key=lambda r: -abs(r["ratio"] - 1))
+    text = ", ".join(f"{counts.get(v, 0)} {v.replace('_', ' ')}"
+                     for v in ("match", "over", "under", "unexpected", "not_evaluated"))
+    if worst:
+        w = worst[0]
+        text += f"; furthest: {w['kind']} {w['collective']} {w['ratio']:.2f}× expected"
+    out.append(f"volume check (rows per step, kind and collective): {text}")
+    return out

@@ -276,3 +276,27 @@ def test_cause_finding_names_the_biggest_cause_first_and_the_late_rank():
     assert f.text == ("62% of exposed all_to_all time (100 ms) is arrival skew (rank 7 late), 30% is dependency "
                       "wait, 8% is nothing to overlap.")
     assert f.anchor == "sec-causes" and f.level == "warning"
+
+
+def test_dependency_wait_on_a_later_collective():
+    """Computation queued early waits for a second collective that ends after this one: still a dependency wait."""
+    j = Job(ranks=1)
+    ag = j.comm(0, 100, 200, seq=1, pg="fsdp", stream=21, launch_us=(50, 51))
+    ar = j.comm(0, 150, 260, seq=1, pg="tp", stream=20, launch_us=(55, 56))
+    nxt = j.kernel(0, GEMM, 263, 300, launch_us=(60, 61))
+    assert j.causes() == {(ag, "dependency_wait"): 100, (ar, "dependency_wait"): 110}
+    rows = j.con.execute("SELECT kernel_id, waited_for_kernel_id, next_compute_kernel_id FROM "
+                         "exposed_comm_by_kernel() ORDER BY kernel_id").fetchall()
+    assert rows == [(ag, ar, nxt), (ar, ar, nxt)]
+
+
+def test_tensor_parallel_layers_are_fully_attributed(tmp_path):
+    """The TP layers of fixtures/synthetic_tp (through the Kineto importer): every exposed ns has a cause."""
+    from fixtures import synthetic_tp as tpm
+    from nsys2comm import Job as NJob
+
+    job = NJob.ingest(tpm.write_tp_kineto(tpm.make_tp_run(world_size=2, steps=2), tmp_path), db=None, jobs=1)
+    total = job.sql("SELECT sum(exposed_ns) AS n FROM comm_kernels()")["n"][0]
+    causes = dict(job.sql("SELECT cause, sum(exposed_ns) AS n FROM exposed_comm_causes() GROUP BY cause").iter_rows())
+    assert total > 0 and sum(causes.values()) == total
+    assert causes.get("unattributed", 0) == 0 and causes["dependency_wait"] > 0

@@ -12,14 +12,18 @@
 --                              right_after_ns of that kernel's end and, when its launch is known, its launch call
 --                              started before that end;
 --   'dependency_wait'          the rest, when the rank's next computation kernel (the first to start at or after
---                              the collective's end) starts within right_after_ns of that end and, when its launch
---                              is known, its launch call had returned before that end: it was queued and waited;
+--                              the collective's end) starts within right_after_ns of the end of a communication
+--                              kernel of the rank (this one, or a later one that ended last before it started) and,
+--                              when its launch is known, its launch call had returned before that end: it was queued
+--                              and waited for communication;
 --   'nothing_to_overlap'       the rest, when no computation was queued: the next computation kernel was launched
 --                              after the collective's end (host-bound or a launch gap), or, its launch unknown,
 --                              starts later than right_after_ns after the end, or there is none;
 --   'unattributed'             the rest otherwise (the next computation kernel was launched in time but started
---                              later than right_after_ns after the end: it waited for something else).
--- The rest after 'arrival_skew' goes to one cause, decided at the kernel's end. Per rank the causes add up to
+--                              later than right_after_ns after any communication ended: it waited for something
+--                              else, e.g. a copy or an event of another stream).
+-- The rest after 'arrival_skew' goes to one cause, decided at the kernel's end (a stretch where computation paused
+-- inside a long collective and resumed before its end counts with the rest). Per rank the causes add up to
 -- comm_kernels.exposed_ns exactly. Computation = kernels whose class is_computation_class. Launches are the
 -- api_calls rows with the kernel's rank and correlation id (_exposure_launches).
 
@@ -67,6 +71,8 @@ QUALIFY row_number() OVER (PARTITION BY rank, correlation_id ORDER BY start_ns, 
 -- @column next_compute_kernel_id: First computation kernel of the rank starting at or after this kernel's end.
 -- @column next_compute_gap_ns: Its start − this kernel's end (ns).
 -- @column next_compute_launch_end_ns: End of its launch call (ns), when known.
+-- @column waited_for_kernel_id: The communication kernel of the rank that ended last at or before the next
+-- computation kernel's start (this kernel or a later one): what a 'dependency_wait' waited for.
 CREATE OR REPLACE MACRO exposed_comm_by_kernel(right_after_ns := 10000) AS TABLE
 WITH ck AS (
   SELECT c.kernel_id, c.rank, c.device_id, c.stream_id, c.start_ns, c.end_ns, c.duration_ns, c.collective,
@@ -91,6 +97,7 @@ WITH ck AS (
   SELECT rank, device_id, stream_id, end_ns, kernel_id, collective FROM ck
 ), prev_pg AS (
   SELECT rank, pg_name, end_ns, kernel_id, collective FROM ck WHERE pg_name IS NOT NULL
+), comm_ends AS (SELECT rank, end_ns, kernel_id FROM kernels WHERE kernel_class = 'communication'
 ), launches AS (SELECT * FROM _exposure_launches()
 ), steps AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _steps()
 ), e AS (
@@ -113,11 +120,13 @@ WITH ck AS (
   ASOF LEFT JOIN prev_pg pp ON pp.rank = ck.rank AND pp.pg_name = ck.pg_name AND pp.end_ns <= ck.start_ns
   WHERE ck.exposed_ns > 0
 ), n AS (
-  SELECT e.*, nc.kernel_id AS next_compute_kernel_id, nc.start_ns - e.end_ns AS next_compute_gap_ns,
-         nl.launch_end_ns AS next_compute_launch_end_ns, st.step_ord AS st_ord, st.step_end_ns AS st_end
+  SELECT e.*, nc.kernel_id AS next_compute_kernel_id, nc.start_ns AS nc_start, nc.start_ns - e.end_ns AS next_compute_gap_ns,
+         nl.launch_end_ns AS next_compute_launch_end_ns, st.step_ord AS st_ord, st.step_end_ns AS st_end,
+         ce.kernel_id AS waited_for_kernel_id, ce.end_ns AS waited_for_end_ns
   FROM e
   ASOF LEFT JOIN comp_k nc ON nc.rank = e.rank AND nc.start_ns >= e.end_ns
   LEFT JOIN launches nl ON nl.rank = nc.rank AND nl.correlation_id = nc.correlation_id
+  ASOF LEFT JOIN comm_ends ce ON ce.rank = nc.rank AND ce.end_ns <= nc.start_ns
   ASOF LEFT JOIN steps st ON st.rank = e.rank AND st.step_start_ns <= e.start_ns
 ), c AS (
   SELECT n.*,
@@ -126,7 +135,9 @@ WITH ck AS (
               AND (launch_start_ns IS NULL OR launch_start_ns < start_ns - queued_gap_ns) THEN 'serialised_communicators'
          WHEN next_compute_kernel_id IS NULL THEN 'nothing_to_overlap'
          WHEN next_compute_launch_end_ns IS NOT NULL AND next_compute_launch_end_ns > end_ns THEN 'nothing_to_overlap'
-         WHEN next_compute_gap_ns <= right_after_ns THEN 'dependency_wait'
+         WHEN nc_start - waited_for_end_ns <= right_after_ns
+              AND (next_compute_launch_end_ns IS NULL OR next_compute_launch_end_ns <= waited_for_end_ns)
+           THEN 'dependency_wait'
          WHEN next_compute_launch_end_ns IS NULL THEN 'nothing_to_overlap'
          ELSE 'unattributed' END AS rest_cause,
     CASE WHEN stream_compute_kernels > 0 THEN 0 ELSE skew_exposed_ns END AS skew_ns
@@ -140,7 +151,7 @@ SELECT kernel_id, rank, CASE WHEN start_ns < st_end THEN st_ord END AS step_ord,
        end_ns, exposed_ns AS kernel_exposed_ns, cause, CAST(part_ns AS BIGINT) AS exposed_ns,
        CAST(stream_compute_kernels AS BIGINT) AS stream_compute_kernels, wait_ns, last_arriving_rank,
        queued_behind_kernel_id, queued_behind_collective, queued_gap_ns, launch_end_ns, next_compute_kernel_id,
-       next_compute_gap_ns, next_compute_launch_end_ns
+       next_compute_gap_ns, next_compute_launch_end_ns, waited_for_kernel_id
 FROM rows_
 ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 
