@@ -300,3 +300,23 @@ def test_tensor_parallel_layers_are_fully_attributed(tmp_path):
     causes = dict(job.sql("SELECT cause, sum(exposed_ns) AS n FROM exposed_comm_causes() GROUP BY cause").iter_rows())
     assert total > 0 and sum(causes.values()) == total
     assert causes.get("unattributed", 0) == 0 and causes["dependency_wait"] > 0
+
+
+def test_summary_contention_and_t3_headroom(tmp_path):
+    from fixtures import synthetic_tp as tpm
+    from nsys2comm import Job as NJob
+
+    job = NJob.ingest(tpm.write_tp_kineto(tpm.make_tp_run(world_size=2, steps=4), tmp_path), db=None, jobs=1)
+    s = job.summary()
+    assert s["gemm_contention"]["slowdown_pct"] == pytest.approx(25.0)  # the fixture's 100 -> 125 µs GEMMs
+    assert s["gemm_contention"]["measured_groups"] == 1
+    pairs = job.sql("SELECT count(*) AS n, sum(headroom_ns) AS h FROM serialised_pairs()")
+    assert s["serialised_pairs"] == {"pairs": pairs["n"][0], "headroom_ns": int(pairs["h"][0])}
+
+
+def test_summary_contention_not_available_on_a_short_trace():
+    from nsys2comm.summary import build_summary
+
+    s = build_summary(synth_db.build(syn.make_run(world_size=2, steps=1)))
+    assert s["gemm_contention"] is None
+    assert any(m.startswith("gemm_contention: not available") for m in s["missing"])
