@@ -211,12 +211,15 @@ class Job:
                 raise InputError(f"SQL error: {msg}") from None
         return pl.DataFrame()
 
-    def summary(self) -> dict:
-        """The job summary (see :func:`nsys2comm.summary.build_summary`)."""
+    def summary(self, *, model: str | Path | dict | None = None, layout: str | dict | None = None) -> dict:
+        """The job summary (see :func:`nsys2comm.summary.build_summary`). ``model`` and ``layout`` are what
+        ``--model`` and ``--layout`` take (:mod:`nsys2comm.model`): with a model the summary has ``volume_check``."""
+        from .model import volume_params
         from .summary import build_summary
 
+        volume = volume_params(model, layout)  # usage errors before any work
         failed = [{"path": r.path, "error": r.message} for r in self.results if r.status == "failed"]
-        return build_summary(self.con, failed)
+        return build_summary(self.con, failed, **({"volume": volume} if volume else {}))
 
     def chart(self, name: str, **params: Any):
         """An Altair chart of a catalog query, drawn by the report's chart functions."""
@@ -231,13 +234,48 @@ class Job:
         return fn(self.query(name, **params))
 
     def report(self, out_path: str | Path, *, png_dir: str | Path | None = None,
-               svg_dir: str | Path | None = None) -> Path:
-        """Write the self-contained HTML report (and PNG/SVG copies of the charts when asked)."""
+               svg_dir: str | Path | None = None, baseline: Job | None = None,
+               model: str | Path | dict | None = None, layout: str | dict | None = None) -> Path:
+        """Write the self-contained HTML report (and PNG/SVG copies of the charts when asked). With ``baseline``
+        (the job of an earlier run) the report adds a "What changed" section: :meth:`diff` of baseline → this job.
+        ``model`` and ``layout`` (as for :meth:`summary`) feed the "Parallel layout and expected volume" section."""
+        from .model import session_inputs, volume_params
         from .report import build_report
 
+        volume = volume_params(model, layout)  # usage errors before any work
         out = Path(out_path)
-        build_report(self.con, out, png_dir=png_dir, svg_dir=svg_dir)
+        changes = baseline.diff(self) if baseline is not None else None
+        with session_inputs(self.con, volume):  # the report's parallel_layout / volume_check read them
+            build_report(self.con, out, png_dir=png_dir, svg_dir=svg_dir, changes=changes)
         return out
+
+    # -- comparing runs -----------------------------------------------------------------------------------------
+    def compare(self, other: Job, *, sources: tuple[str, str] | None = None):
+        """This job as the base, ``other`` as the new run: a :class:`nsys2comm.compare.Comparison` (rows, both
+        sides' steps and ranks, headline changes, what was missing). ``sources`` names the two runs in the
+        document (default: the database paths)."""
+        from .compare import compare
+
+        base_source, new_source = sources or (self.path or ":memory:", other.path or ":memory:")
+        return compare(self.con, other.con, base_source=str(base_source), new_source=str(new_source))
+
+    def diff(self, other: Job) -> pl.DataFrame:
+        """What changed from this job (base) to ``other`` (new), per step: one row per section, metric and key with
+        ``base``, ``new``, ``delta``, ``delta_pct`` and ``impact_ns``, sorted by impact on step time (rules in
+        :mod:`nsys2comm.compare`)."""
+        return self.compare(other).rows
+
+    def diff_summary(self, other: Job, *, sources: tuple[str, str] | None = None, **limits: float | None) -> dict:
+        """The ``nsys2comm diff --json`` document of this job (base) against ``other`` (new), with thresholds
+        (``max_exposed_regression_pct=5``, ``max_busbw_drop_pct``, ``max_wait_regression_pct``) checked."""
+        from .compare import document
+
+        return document(self.compare(other, sources=sources), **limits)
+
+
+def diff(base: Job, new: Job) -> pl.DataFrame:
+    """``base.diff(new)``: what changed from the base run to the new one (see :meth:`Job.diff`)."""
+    return base.diff(new)
 
 
 def _duckdb_message(e: BaseException) -> str:

@@ -57,7 +57,7 @@ app = typer.Typer(
          "Wherever a DB is expected you may give trace files, directories or globs instead: they are ingested into "
          "a temporary in-memory database.\n\n"
          "\b\nExample:\n  nsys2comm report fixtures/example -o report.html\n\n"
-         "Exit codes: 0 ok, 1 input error, 2 usage error, 3 threshold violated (summary).",
+         "Exit codes: 0 ok, 1 input error, 2 usage error, 3 threshold violated (summary, diff).",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -99,6 +99,16 @@ RelativeOpt = Annotated[bool, typer.Option(
                        "durations are unchanged.")]
 LockOpt = Annotated[float, typer.Option("--lock-timeout", metavar="S",
                                         help="Seconds to wait for another process holding the database.")]
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", metavar="SPEC", show_default=False,
+    help="The model, for the expected communication volume (volume_check): key=value pairs "
+         "(layers=24,hidden=2048,seq=2048,micro_batch=4,vocab=50304,dtype=bf16; also ffn, heads, kv_heads, "
+         "params, tied, gated, grad_dtype), or a Hugging Face config.json or Megatron-LM arguments file, "
+         "optionally followed by ,key=value overrides.")]
+LayoutOpt = Annotated[str | None, typer.Option(
+    "--layout", metavar="SPEC", show_default=False,
+    help="The parallel layout where the trace cannot tell it: tp=8,pp=4,dp=16,zero=1 (also cp, ep, "
+         "sequence_parallel, micro_batches, recompute, pp_split). Process groups the trace names win.")]
 
 
 def _stderr_tty() -> bool:
@@ -335,6 +345,8 @@ def summary(
         metavar="X", help="Exit 3 if ranks start one collective more than X ms apart.", show_default=False)] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 3 also when a threshold could not be evaluated "
                                                           "(its metric is not available).")] = False,
+    model: ModelOpt = None,
+    layout: LayoutOpt = None,
 ) -> None:
     """The few lines to read after a job, or --json for scripts.
 
@@ -350,20 +362,23 @@ def summary(
     Example:
       nsys2comm summary run.duckdb
       nsys2comm summary run.duckdb --json --max-exposed-comm-pct 25 > summary.json
+      nsys2comm summary run.duckdb --model config.json,seq=4096,micro_batch=1 --layout tp=8,zero=1
     """
+    from .model import volume_params
     from .summary import check_thresholds, empty_summary, format_summary
 
     limits = dict(max_exposed_comm_pct=max_exposed_comm_pct, min_overlap_pct=min_overlap_pct,
                   max_small_p2p_pct=max_small_p2p_pct, max_latency_bound_pct=max_latency_bound_pct,
                   max_skew_ms=max_skew_ms)
     with _errors():
+        volume_params(model, layout)  # usage errors before any work
         try:
             job = _open(sources)
         except InputError as e:
             if json_:  # scripts get a valid document either way (never an empty file); the error still exits 1
                 out_.write_document(check_thresholds(empty_summary(e.line()), **limits))
             raise
-        s = job.summary()
+        s = job.summary(model=model, layout=layout)
         check_thresholds(s, **limits)
         if json_:
             out_.write_document(s)
@@ -382,6 +397,108 @@ def summary(
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# diff
+
+RunArg = "a job database (.duckdb), or a trace file, directory or quoted glob (ingested in memory)"
+
+
+@app.command("diff", cls=_Command)
+def diff_(
+    base: Annotated[str, typer.Argument(metavar="BASE", show_default=False, help=f"The baseline run: {RunArg}.")],
+    new: Annotated[str, typer.Argument(metavar="NEW", show_default=False, help=f"The changed run: {RunArg}.")],
+    json_: Annotated[bool, typer.Option("--json", help="Print one JSON document (stable keys, 'schema_version'): "
+                                                       "headline changes, rows, missing, thresholds.")] = False,
+    fmt: FormatOpt = None,
+    output: OutOpt = None,
+    max_exposed_regression_pct: Annotated[float | None, typer.Option(
+        metavar="X", show_default=False,
+        help="Exit 3 if exposed communication per step grew by more than X % over BASE.")] = None,
+    max_busbw_drop_pct: Annotated[float | None, typer.Option(
+        metavar="X", show_default=False,
+        help="Exit 3 if bus bandwidth dropped by more than X % (mean over size buckets known in both runs, "
+             "weighted by BASE's kernel time).")] = None,
+    max_wait_regression_pct: Annotated[float | None, typer.Option(
+        metavar="X", show_default=False,
+        help="Exit 3 if the time ranks wait for each other at collectives, per step, grew by more than X %.")]
+    = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 3 also when a threshold could not be evaluated "
+                                                          "(its metric is not available).")] = False,
+) -> None:
+    """Compare two runs per step: what changed in collectives, sizes, bandwidth, overlap, exposure, idle time,
+    waits, skew and the latency model, sorted by impact on step time.
+
+    Each row gives base, new, delta and delta_pct (empty where not available or base is 0), and impact_ns, the
+    change in exposed communication + idle ns per step of the row's subject. Totals are divided by the steps of
+    each run (a trace without steps counts as one), so runs of different length compare. With a threshold option
+    the command exits 3 when NEW violates it; a metric that is not available leaves its threshold not evaluated,
+    which --strict also turns into exit 3.
+
+    \b
+    Example:
+      nsys2comm diff before.duckdb after.duckdb
+      nsys2comm diff before/ after/ --json --max-exposed-regression-pct 5 > diff.json
+    """
+    from .compare import document
+
+    limits = dict(max_exposed_regression_pct=max_exposed_regression_pct, max_busbw_drop_pct=max_busbw_drop_pct,
+                  max_wait_regression_pct=max_wait_regression_pct)
+    with _errors():
+        if not json_:
+            out_.infer_format(fmt, output)  # usage errors before any work
+        elif fmt is not None:
+            raise UsageError("--json prints one document; --format is for the rows", hint="drop one of them")
+        base_job = _open([base])
+        try:
+            new_job = _open([new])
+        except BaseException:
+            base_job.close()
+            raise
+        try:
+            comparison = base_job.compare(new_job, sources=(base, new))
+        finally:
+            base_job.close()
+            new_job.close()
+        d = document(comparison, **limits)
+        if json_:
+            out_.write_document(d, out=output)
+        else:
+            out_.write_rows(comparison.rows, fmt=fmt, out=output)
+            _say_diff(d)
+        _say_thresholds(d["thresholds"], strict)
+        if d["ok"] is False or (strict and d["ok"] is None):
+            raise typer.Exit(EXIT_THRESHOLD)
+
+
+def _say_diff(d: dict) -> None:
+    """The headline and what was missing, on stderr (the rows are on stdout)."""
+    from .units import duration
+
+    def change(key: str, what: str) -> str | None:
+        v = d.get(key)
+        return None if v is None else f"{what} {v:+.1f}%"
+
+    impact = d.get("step_impact_ns")
+    parts = [p for p in (change("exposed_comm_change_pct", "exposed communication"),
+                         change("wait_change_pct", "wait"), change("busbw_change_pct", "bus bandwidth")) if p]
+    head = ("impact on step time: n/a" if impact is None else "impact on step time: none" if impact == 0 else
+            f"impact on step time: {'+' if impact > 0 else '-'}{duration(abs(impact))} exposed communication + "
+            "idle per step, summed over ranks")
+    out_.message(head + (f" ({', '.join(parts)})" if parts else ""))
+    for m in d["missing"]:
+        out_.message(f"missing: {m}")
+
+
+def _say_thresholds(thresholds: list[dict], strict: bool) -> None:
+    for t in thresholds:
+        if t["ok"] is False:
+            out_.message(f"threshold violated: {t['what']} = {t['value']:g}, limit "
+                         f"--{t['name'].replace('_', '-')} {t['limit']:g}")
+        elif t["ok"] is None:
+            out_.message(f"threshold not evaluated: {t['what']} is not available"
+                         + (" (--strict: exit 3)" if strict else ""))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # report
 
 
@@ -394,6 +511,12 @@ def report(
                                                     file_okay=False, show_default=False)] = None,
     svg_dir: Annotated[Path | None, typer.Option("--svg-dir", metavar="DIR", help="Also write each chart as SVG here.",
                                                     file_okay=False, show_default=False)] = None,
+    baseline: Annotated[str | None, typer.Option(
+        "--baseline", metavar="BASE", show_default=False,
+        help="An earlier run (job database, or a trace file, directory or quoted glob): adds a 'What changed' "
+             "section comparing this job with it (as 'nsys2comm diff BASE ...').")] = None,
+    model: ModelOpt = None,
+    layout: LayoutOpt = None,
 ) -> None:
     """Write the self-contained HTML report of a job (charts and tables of the catalog analyses).
 
@@ -401,11 +524,22 @@ def report(
     Example:
       nsys2comm report fixtures/example -o report.html
       nsys2comm report run.duckdb -o report.html --png-dir charts/
+      nsys2comm report after.duckdb --baseline before.duckdb -o report.html
+      nsys2comm report run.duckdb -o report.html --model layers=24,hidden=2048,seq=2048,micro_batch=4,vocab=50304
     """
+    from .model import volume_params
+
     with _errors():
-        job = _open(sources)
-        path = job.report(output, png_dir=png_dir, svg_dir=svg_dir)
-        job.close()
+        volume_params(model, layout)  # usage errors before any work
+        base_job = _open([baseline]) if baseline is not None else None
+        try:
+            job = _open(sources)
+            path = job.report(output, png_dir=png_dir, svg_dir=svg_dir, baseline=base_job, model=model,
+                              layout=layout)
+            job.close()
+        finally:
+            if base_job is not None:
+                base_job.close()
         out_.message(f"wrote {path}")
 
 

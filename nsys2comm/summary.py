@@ -317,6 +317,8 @@ def _volume(s: dict, con, missing: list[str], params: dict) -> None:
     """The parallel layout (parallel_degrees) and, with a model, expected against measured volume (volume_check)."""
     from .model import layout_params
 
+    if not s["ranks"]:
+        return  # no traces: nothing to infer a layout from
     degrees = _query(con, DEGREES, missing, layout_params(params))
     if degrees is not None:
         s["parallel_layout"] = [{k: r[k] for k in COLUMNS[DEGREES]} for r in degrees.iter_rows(named=True)]

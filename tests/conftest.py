@@ -43,7 +43,7 @@ _SLOW = {"test_cache_property.py", "test_benchmark_smoke.py",
 _SUBPROCESS = {"test_api_scripts.py", "test_signals.py", "test_readonly.py", "test_cache.py",
                "test_benchmark_smoke.py"}
 _BROWSER = {"test_report.py::test_report_renders_in_chromium", "test_report.py::test_hostile_names_show_as_text",
-            "test_report.py::test_nav_fits_the_window"}
+            "test_report.py::test_nav_fits_the_window", "test_diff.py::test_report_with_baseline_renders_in_chromium"}
 
 
 def pytest_collection_modifyitems(config, items):

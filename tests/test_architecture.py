@@ -11,8 +11,8 @@ PKG = Path(__file__).resolve().parents[1] / "nsys2comm"
 LAYERS = {
     "errors": 0, "catalog": 0, "units": 0,
     "db": 1, "cache": 1,
-    "ingest": 2, "analysis": 2,
-    "summary": 3, "report": 3, "output": 3,
+    "ingest": 2, "analysis": 2, "model": 2,
+    "summary": 3, "report": 3, "output": 3, "compare": 3,
     "api": 4,
     "cli": 5, "__main__": 5, "__init__": 5,
 }

@@ -420,6 +420,39 @@ def exposed_causes_chart(df: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDTH - 200, height=max(60, min(18 * d["rank"].n_unique(), 600)))
 
 
+@consumes(gemm_contention=("scope", "short_name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                            "alone_samples", "overlapped_samples", "median_alone_ns", "median_overlapped_ns",
+                            "slowdown_pct", "status"))
+def gemm_contention_chart(df: pl.DataFrame) -> alt.Chart:
+    """Paired bars per measured GEMM shape: median duration alone and under communication (µs)."""
+    d = df.filter((pl.col("scope") == "shape_group") & (pl.col("status") == "measured")).sort(
+        "slowdown_pct", "short_name", descending=[True, False]).head(MAX_BARS)
+    # launch shape first: long kernel names are cut at the label limit
+    shape = pl.concat_str([pl.lit("<<<"), pl.concat_str(
+        [pl.col(c).cast(pl.Utf8).fill_null("?") for c in ("grid_x", "grid_y", "grid_z")], separator=","),
+        pl.lit("|"), pl.concat_str([pl.col(c).cast(pl.Utf8).fill_null("?") for c in ("block_x", "block_y", "block_z")],
+                                   separator=","), pl.lit(">>> "), pl.col("short_name").fill_null("?")])
+    long = pl.concat([
+        d.select(shape.alias("shape"), pl.lit("alone").alias("when"), _in("median_alone_ns", "us").alias("median_us"),
+                 pl.col("alone_samples").alias("samples"), "slowdown_pct"),
+        d.select(shape.alias("shape"), pl.lit("under communication").alias("when"),
+                 _in("median_overlapped_ns", "us").alias("median_us"), pl.col("overlapped_samples").alias("samples"),
+                 "slowdown_pct")])
+    order = long["shape"].unique(maintain_order=True).to_list()
+    title = _title("GEMM duration alone and under communication",
+                   "Median per GEMM shape (<<<grid|block>>> name), same steps on both sides")
+    return alt.Chart(long, title=title).mark_bar().encode(
+        y=alt.Y("shape:N", title=None, sort=order, axis=alt.Axis(labelLimit=320)),
+        yOffset=alt.YOffset("when:N", sort=["alone", "under communication"]),
+        x=alt.X("median_us:Q", title="median duration (µs)"),
+        color=alt.Color("when:N", title=None, sort=["alone", "under communication"],
+                        scale=alt.Scale(range=[CLASS_COLORS["gemm"], CLASS_COLORS["exposed communication"]])),
+        tooltip=[alt.Tooltip("shape:N"), alt.Tooltip("when:N"),
+                 alt.Tooltip("median_us:Q", title="median (µs)", format=",.1f"), alt.Tooltip("samples:Q"),
+                 alt.Tooltip("slowdown_pct:Q", title="slowdown (%)", format=",.1f")],
+    ).properties(width=WIDTH - 420, height=max(60, min(30 * d.height, 600)))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Step timeline
 
@@ -534,3 +567,52 @@ def pair_heatmap_chart(pairs: pl.DataFrame) -> alt.Chart:
         title=_title("Point-to-point pairs", "Colour: median transfer time; number: median wait of the earlier "
                                              "side (µs)"),
     ).properties(width=320, height=320)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What changed (report --baseline): frames are rows of nsys2comm.compare (base, new per section/metric/key)
+
+RUN_COLORS = {"base": "#BAB0AC", "new": "#4C78A8"}  # grey: the baseline, blue: this run
+
+
+def _paired(d: pl.DataFrame, key: str) -> pl.DataFrame:
+    """(key, run, ms) long rows from base/new ns-per-step values; a side without the row has no bar."""
+    return (d.select(key, pl.col("base").alias("base"), pl.col("new").alias("new"))
+            .unpivot(index=key, on=["base", "new"], variable_name="run", value_name="ns")
+            .drop_nulls("ns").with_columns((pl.col("ns") / NS_PER_UNIT["ms"]).alias("ms")))
+
+
+def _paired_bars(long: pl.DataFrame, key: str, sort: list, title: alt.TitleParams, x_title: str) -> alt.Chart:
+    return alt.Chart(long, title=title).mark_bar().encode(
+        y=alt.Y(f"{key}:O", title=key, sort=sort),
+        yOffset=alt.YOffset("run:N", sort=list(RUN_COLORS)),
+        x=alt.X("ms:Q", title=x_title),
+        color=alt.Color("run:N", title="run", sort=list(RUN_COLORS),
+                        scale=alt.Scale(domain=list(RUN_COLORS), range=list(RUN_COLORS.values()))),
+        tooltip=[alt.Tooltip(f"{key}:O"), alt.Tooltip("run:N"), alt.Tooltip("ms:Q", title=x_title, format=",.3f")],
+    ).properties(width=WIDTH - 200, height=max(60, min(28 * len(sort), 700)))
+
+
+def changes_by_rank_chart(df: pl.DataFrame) -> alt.Chart:
+    """Grouped bars, one pair per rank: exposed communication per step in the baseline and in this run (the diff's
+    rank / exposed_comm_ns_per_step rows)."""
+    d = df.filter((pl.col("section") == "rank") & (pl.col("metric") == "exposed_comm_ns_per_step"))
+    d = d.filter(pl.col("rank").is_in(d["rank"].unique().sort().head(MAX_BARS).implode()))
+    long = _paired(d.with_columns(pl.col("rank").cast(pl.Int64)), "rank")
+    return _paired_bars(long, "rank", sorted(long["rank"].unique().to_list()),
+                        _title("Exposed communication per rank: baseline and this run",
+                               "Communication time with no computation running, per step (grey: baseline)"),
+                        "exposed communication per step (ms)")
+
+
+def changes_by_collective_chart(df: pl.DataFrame) -> alt.Chart:
+    """Grouped bars, one pair per collective: kernel time per step summed over ranks and size buckets, in the
+    baseline and in this run (the diff's collective / time_ns_per_step rows)."""
+    d = (df.filter((pl.col("section") == "collective") & (pl.col("metric") == "time_ns_per_step"))
+         .group_by("collective").agg(*[pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).alias(c)
+                                       for c in ("base", "new")]))
+    long = _paired(d, "collective")
+    return _paired_bars(long, "collective", _collective_order(long["collective"]),
+                        _title("Communication time per collective: baseline and this run",
+                               "Kernel time per step, summed over ranks and message sizes (grey: baseline)"),
+                        "kernel time per step (ms)")

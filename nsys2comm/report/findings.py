@@ -209,6 +209,31 @@ def exposed_cause_findings(df: pl.DataFrame) -> list[Finding]:
     return out
 
 
+@consumes(volume_check=("step_ord", "kind", "collective", "scheme", "ratio", "measured_bytes", "verdict", "reason"))
+def volume_findings(df: pl.DataFrame) -> list[Finding]:
+    """Expected against measured volume: the (kind, collective) furthest from the model, unexpected traffic of at
+    least 1 MiB per rank per step, or that everything evaluated matched."""
+    out = []
+    off = (df.filter(pl.col("verdict").is_in(["over", "under"]) & pl.col("ratio").is_not_null() & (pl.col("ratio") > 0))
+           .with_columns((pl.col("ratio").log().abs()).alias("_off"))
+           .sort(["_off", "step_ord", "kind", "collective"], descending=[True, False, False, False]))
+    if off.height:
+        r = off.row(0, named=True)
+        pairs = off.select("kind", "collective").unique().height
+        more = f" ({pairs} kind/collective pairs are off the model)" if pairs > 1 else ""
+        out.append(Finding(f"Communication volume is off the model in step {r['step_ord']}: {r['reason']}{more}.",
+                           "sec-volume", "warning"))
+    unexpected = (df.filter((pl.col("verdict") == "unexpected") & (pl.col("measured_bytes") >= 1 << 20))
+                  .sort(["measured_bytes", "kind", "collective"], descending=[True, False, False]))
+    if unexpected.height:
+        out.append(Finding(unexpected["reason"][0] + ".", "sec-volume"))
+    evaluated = df.filter(pl.col("verdict").is_in(["match", "over", "under"]))
+    if evaluated.height and not off.height:
+        out.append(Finding(f"Measured communication volume matches the model (within the match band) for all "
+                           f"{evaluated.height} evaluated step × kind × collective rows.", "sec-volume"))
+    return out
+
+
 # finding function, the catalog objects it takes (in order), the section it belongs to
 FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
     (overlap_findings, ("overlap_by_rank",), "sec-overlap"),
@@ -219,6 +244,7 @@ FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
     (bandwidth_findings, ("collective_bandwidth",), "sec-busbw"),
     (straggler_findings, ("rank_wait",), "sec-skew"),
     (start_skew_findings, ("collective_skew",), "sec-skew"),
+    (volume_findings, ("volume_check",), "sec-volume"),
 ]
 
 

@@ -28,7 +28,17 @@ from ..units import duration, ns_to
 from ..units import size as fmt_bytes
 from .data import Fetched, declare, fetch
 from .findings import Finding, all_findings
-from .sections import FACTS, MAX_OVERVIEW_RANKS, QUERIES, RANK_COLUMNS, SECTIONS, ChartSpec, TableSpec
+from .sections import (
+    CHANGES_SECTION,
+    CHANGES_TOP,
+    FACTS,
+    MAX_OVERVIEW_RANKS,
+    QUERIES,
+    RANK_COLUMNS,
+    SECTIONS,
+    ChartSpec,
+    TableSpec,
+)
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
        "img-src data: blob:; font-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'")
@@ -158,6 +168,10 @@ def _table_html(fetched: Fetched, spec: TableSpec, diag: list[str]) -> str:
     df = fetched.get(spec.source)
     if df is None:
         return fill("missing", text=f"No data: {_reason(fetched, (spec.source,), spec.hint, diag)}")
+    if spec.max_rows is not None and df.height > spec.max_rows:
+        more = df.height - spec.max_rows
+        return table(df.head(spec.max_rows), spec.columns, spec.cls) + fill(
+            "paragraph", text=f"… {more:,} more rows: nsys2comm query DB {spec.source}")
     return table(df, spec.columns, spec.cls)
 
 
@@ -174,6 +188,59 @@ def collect(con) -> tuple[Fetched, list[Section], list[Finding], list[tuple[str,
         sections.append(Section(s.id, s.title, s.intro, charts, tables))
     findings = all_findings({q.name: fetched.get(q.name) for q in QUERIES})
     return fetched, sections, findings, diag
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What changed (report --baseline): the rows of nsys2comm.compare, split for CHANGES_SECTION's blocks
+
+
+def _change_text(metric: str, v: float | None, signed: bool = False) -> str:
+    """A diff value in the metric's unit: durations, sizes, GB/s, µs, % (percentage points for a change)."""
+    if v is None:
+        return "–"
+    if v == 0:
+        return "0"
+    sign = ("+" if v > 0 else "-" if v < 0 else "±") if signed else ("-" if v < 0 else "")
+    a = abs(v)
+    if metric.endswith(("_ns", "_ns_per_step")):
+        return sign + duration(a)
+    if "bytes" in metric:
+        return sign + fmt_bytes(a)
+    if metric.endswith("_pct"):
+        return f"{sign}{a:.1f}" + (" pp" if signed else "%")
+    if metric.endswith("_gbps"):
+        return f"{sign}{a:.1f} GB/s"
+    if metric.endswith("_us"):
+        return f"{sign}{a:.1f} µs"
+    return f"{sign}{a:,.6g}"
+
+
+def changes_frames(changes: pl.DataFrame) -> Fetched:
+    """The inputs of CHANGES_SECTION: per-rank and per-collective rows for the paired charts, and the rows that
+    changed most (by impact, as sorted) with their values as text, for the table."""
+    rank = changes.filter((pl.col("section") == "rank") & (pl.col("metric") == "exposed_comm_ns_per_step"))
+    coll = changes.filter((pl.col("section") == "collective") & (pl.col("metric") == "time_ns_per_step"))
+    moved = changes.filter((pl.col("delta") != 0) | (pl.col("base").is_null() != pl.col("new").is_null()))
+    top = moved.head(CHANGES_TOP).with_columns(
+        *[pl.struct("metric", c).map_elements(lambda r, c=c: _change_text(r["metric"], r[c], c == "delta"),
+                                              return_dtype=pl.String).alias(f"{c}_text")
+          for c in ("base", "new", "delta")])
+    out = Fetched({"diff_rank": rank, "diff_collective": coll, "diff_top": top})
+    for name, df, why in (("diff_rank", rank, "no rank has communication in either run"),
+                          ("diff_collective", coll, "neither run has communication kernels"),
+                          ("diff_top", top, "nothing changed: every value is the same in both runs")):
+        if not df.height:
+            out.drop(name, why)
+    return out
+
+
+def changes_section(changes: pl.DataFrame) -> Section:
+    """CHANGES_SECTION laid out from the diff rows (:meth:`nsys2comm.Job.diff` of the baseline against this job)."""
+    fetched = changes_frames(changes)
+    spec = CHANGES_SECTION
+    charts = [_chart_block(fetched, b, []) for b in spec.blocks if isinstance(b, ChartSpec)]
+    tables = "".join(_table_html(fetched, b, []) for b in spec.blocks if isinstance(b, TableSpec))
+    return Section(spec.id, spec.title, spec.intro, charts, tables)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -306,13 +373,17 @@ def _write_images(specs: dict[str, dict], png_dir, svg_dir) -> None:
                 (d / f"{name}.svg").write_text(vlc.vegalite_to_svg(spec), encoding="utf-8")
 
 
-def build_report(con, out_path, *, png_dir=None, svg_dir=None, title: str | None = None) -> Path:
+def build_report(con, out_path, *, png_dir=None, svg_dir=None, title: str | None = None,
+                 changes: pl.DataFrame | None = None) -> Path:
     """Write the self-contained HTML report of the job in ``con`` to ``out_path`` and return its path.
 
-    With ``png_dir`` / ``svg_dir`` every chart is also written there as ``<chart id>.png`` / ``.svg``.
+    With ``png_dir`` / ``svg_dir`` every chart is also written there as ``<chart id>.png`` / ``.svg``. With
+    ``changes`` (the rows of ``baseline.diff(job)``) a "What changed" section follows the findings.
     """
     out_path = Path(out_path)
     fetched, sections, findings, diag = collect(con)
+    if changes is not None:
+        sections.insert(0, changes_section(changes))
     if title is None:
         ov = fetched.get("run_overview")
         title = f"Communication report: {ov.height} rank{'s' if ov.height != 1 else ''}" if ov is not None \

@@ -15,6 +15,7 @@ from .data import Query, consumes, declare
 TIMELINE_SEGMENTS = 150
 TIMELINE_RANKS = 16
 TOP_KERNELS = 25
+TOP_PAIRS = 20
 MAX_OVERVIEW_RANKS = 64
 
 
@@ -41,6 +42,11 @@ QUERIES: list[Query] = [
     Query("overlap_by_rank", needs=("comm",)),
     Query("comm_overlap_by_collective", needs=("comm",)),
     Query("exposed_comm_causes", needs=("comm",), empty="no communication time is exposed"),
+    Query("gemm_contention", needs=("comm",), empty="the job has no GEMM kernels",
+          all_null=("slowdown_pct", "no GEMM shape has enough kernels both alone and under communication in the "
+                                    "same steps (gemm_contention's min_samples)")),
+    Query("serialised_pairs", needs=("comm",),
+          empty="no collective starts right after the GEMM that produced its input while exposed"),
     Query("msg_size_histogram", needs=("comm",)),
     Query("collective_bandwidth", needs=("comm",), empty="no collective has a known message size",
           all_null=("busbw_gbps", "bus bandwidth needs the group size of each collective, which the trace does "
@@ -53,6 +59,13 @@ QUERIES: list[Query] = [
     Query("rank_wait", needs=("comm", "two_ranks")),
     Query("step_timeline", {"max_segments": TIMELINE_SEGMENTS, "max_ranks": TIMELINE_RANKS}),
     Query("top_comm_kernels", {"n": TOP_KERNELS}, needs=("comm",)),
+    Query("parallel_degrees"),
+    Query("parallel_layout", empty="the trace records no process group or communication"),
+    Query("volume_check", empty="the job has no communication and no layout to predict any",
+          all_null=("predicted_bytes", "no prediction: no model given (report --model layers=…,hidden=…,seq=…,"
+                                       "micro_batch=…,vocab=…,dtype=bf16, or a config.json), or the layout's degrees "
+                                       "are unknown (--layout); the measured bytes are in 'nsys2comm query DB "
+                                       "volume_check'")),
 ]
 
 
@@ -77,6 +90,7 @@ class TableSpec:
     columns: tuple[tuple[str, str, str], ...]
     cls: str = ""
     hint: str | None = None
+    max_rows: int | None = None  # the first rows only; the page says how many more the query has
 
 
 @dataclass(frozen=True)
@@ -93,11 +107,56 @@ TOP_KERNEL_COLUMNS = (
     ("mean_ns", "mean (µs)", "us"), ("max_ns", "max (µs)", "us"), ("exposed_pct", "exposed (%)", "pct"),
     ("median_msg_bytes", "median size", "bytes"), ("time_share_pct", "share of comm time (%)", "pct"),
 )
+PAIR_COLUMNS = (
+    ("rank", "rank", ""), ("gemm_short_name", "producer GEMM", ""), ("gemm_duration_ns", "GEMM (µs)", "us"),
+    ("collective", "then collective", ""), ("msg_bytes", "size", "bytes"), ("gap_ns", "gap (µs)", "us"),
+    ("comm_exposed_ns", "exposed (µs)", "us"), ("overlap_bound_ns", "overlap bound (µs)", "us"),
+    ("slowdown_pct", "GEMM slowdown (%)", "pct"), ("headroom_ns", "T3 headroom (µs)", "us"),
+    ("link_source", "link", ""),
+)
+DEGREE_COLUMNS = (
+    ("kind", "dimension", ""), ("degree", "degree", "int"), ("groups", "groups", "int"),
+    ("confidence", "confidence", ""), ("source", "source", ""), ("evidence", "evidence", ""),
+)
+GROUP_COLUMNS = (
+    ("kind", "kind", ""), ("degree", "ranks", "int"), ("pg_name", "group", ""), ("pg_desc", "description", ""),
+    ("group_ranks", "members", ""), ("confidence", "confidence", ""), ("evidence", "evidence", ""),
+    ("collectives", "traffic", ""),
+)
+VOLUME_COLUMNS = (
+    ("step_ord", "step", ""), ("kind", "kind", ""), ("collective", "collective", ""), ("scheme", "scheme", ""),
+    ("degree", "degree", "int"), ("predicted_bytes", "predicted / rank", "bytes"),
+    ("measured_bytes", "measured / rank", "bytes"), ("ratio", "ratio", "pct"), ("verdict", "verdict", ""),
+    ("reason", "reason", "title:formula"),
+)
+MAX_GROUP_ROWS = 32
+MAX_VOLUME_ROWS = 60
 RANK_COLUMNS = (
     ("rank", "rank", ""), ("host", "host", ""), ("gpus", "GPUs", ""), ("source", "source", ""),
     ("n_kernels", "kernels", "int"), ("n_comm_kernels", "comm kernels", "int"), ("n_mem_ops", "memory ops", "int"),
     ("span_ns", "span (ms)", "ms"), ("file_path", "file", ""),
 )
+
+# "What changed" (report --baseline): built by html.changes_section from the rows of nsys2comm.compare, right
+# after the findings; its inputs are those rows (not catalog queries), split by html.changes_frames.
+CHANGES_TOP = 30
+CHANGES_COLUMNS = (
+    ("section", "section", ""), ("metric", "metric", ""), ("key", "subject", ""), ("base_text", "baseline", ""),
+    ("new_text", "this run", ""), ("delta_text", "change", ""), ("delta_pct", "change (%)", "pct"),
+    ("impact_ns", "impact per step (ms)", "ms"),
+)
+CHANGES_SECTION = SectionSpec(
+    "sec-changes", "What changed",
+    "This run against the baseline (nsys2comm diff BASE NEW), per step: totals are divided by each run's steps. "
+    "Impact is the change in exposed communication + idle time per step of the row's subject (the job, a rank, a "
+    "collective's size bucket); rows are sorted by it.", (
+        ChartSpec("chart-changes-rank", "Grouped bars, one pair per rank: exposed communication per step in the "
+                  "baseline (grey) and this run (ms).", ch.changes_by_rank_chart, ("diff_rank",)),
+        ChartSpec("chart-changes-coll", "Grouped bars, one pair per collective: kernel time per step, summed over "
+                  "ranks and message sizes, in the baseline (grey) and this run (ms).",
+                  ch.changes_by_collective_chart, ("diff_collective",)),
+        TableSpec("table-changes", "diff_top", CHANGES_COLUMNS, "changes"),
+    ))
 
 SECTIONS: list[SectionSpec] = [
     SectionSpec("sec-breakdown", "Per-rank time breakdown", "Where each rank's GPU time goes over the profiled span.", (
@@ -114,10 +173,17 @@ SECTIONS: list[SectionSpec] = [
     SectionSpec("sec-causes", "Why communication is exposed",
                 "Each exposed ns of a communication kernel gets one cause, in this order: its stream also runs "
                 "computation; it waited for a late rank; it queued behind another collective on its stream or "
-                "communicator; the next computation was queued but waited for it; no computation was launched yet.", (
+                "communicator; the next computation was queued but waited for it; no computation was launched yet. "
+                "Then what overlapping costs (GEMMs slow down beside communication) and the producer GEMM → "
+                "collective pairs that run back to back, with the headroom a tile-by-tile overlap (T3) could win "
+                "after paying that slowdown (– where no slowdown could be measured).", (
         ChartSpec("chart-causes", "Stacked bars, one per rank: exposed communication-kernel time by cause (ms); "
                   "concurrent communication kernels each count.", ch.exposed_causes_chart, ("exposed_comm_causes",),
                   "exposed|communication"),
+        ChartSpec("chart-contention", "GEMM contention (T3): median duration of each GEMM shape alone and while "
+                  "communication runs, in the same steps (µs); shapes with too few samples are left out.",
+                  ch.gemm_contention_chart, ("gemm_contention",), "gemm"),
+        TableSpec("table-pairs", "serialised_pairs", PAIR_COLUMNS, "pairs", "gemm|launch", max_rows=TOP_PAIRS),
     )),
     SectionSpec("sec-msgsize", "Message sizes", "How much time each collective spends at each message size.", (
         ChartSpec("chart-msgsize", "Kernel time per power-of-two message-size bucket on a log2 size axis, stacked by "
@@ -157,6 +223,18 @@ SECTIONS: list[SectionSpec] = [
                 f"The {TOP_KERNELS} communication kernels (by name and collective) with the most total time.", (
         TableSpec("table-kernels", "top_comm_kernels", TOP_KERNEL_COLUMNS, "kernels"),
     )),
+    SectionSpec("sec-volume", "Parallel layout and expected volume",
+                "Which process group is tensor (tp), data (dp), pipeline (pp), expert (ep) or context (cp) parallel "
+                "and how sure that is ('named' by its description, 'assumed' from --layout, 'inferred' from its "
+                "ranks and traffic); then, per step and per kind and collective, the bytes the model predicts "
+                "(comm-models.md formulas: DDP, ZeRO-1/2/3, Megatron TP, PP) against the bytes measured, both per "
+                "rank in nccl-tests' size convention. Verdict: match when 0.8 ≤ ratio ≤ 1.25, over, under, "
+                "unexpected (traffic no formula predicts) or not evaluated (model, layout or sizes unknown); "
+                "the reason's tooltip shows the formula with its numbers.", (
+        TableSpec("table-degrees", "parallel_degrees", DEGREE_COLUMNS, "layout"),
+        TableSpec("table-groups", "parallel_layout", GROUP_COLUMNS, "layout", "group|pg_", max_rows=MAX_GROUP_ROWS),
+        TableSpec("table-volume", "volume_check", VOLUME_COLUMNS, "volume", max_rows=MAX_VOLUME_ROWS),
+    )),
 ]
 
 
@@ -168,3 +246,7 @@ def _title_columns(columns) -> tuple[str, ...]:
 
 declare(f"{__name__}.TOP_KERNEL_COLUMNS", top_comm_kernels=_title_columns(TOP_KERNEL_COLUMNS))
 declare(f"{__name__}.RANK_COLUMNS", run_overview=_title_columns(RANK_COLUMNS))
+declare(f"{__name__}.DEGREE_COLUMNS", parallel_degrees=_title_columns(DEGREE_COLUMNS))
+declare(f"{__name__}.GROUP_COLUMNS", parallel_layout=_title_columns(GROUP_COLUMNS))
+declare(f"{__name__}.VOLUME_COLUMNS", volume_check=_title_columns(VOLUME_COLUMNS))
+declare(f"{__name__}.PAIR_COLUMNS", serialised_pairs=_title_columns(PAIR_COLUMNS))

@@ -1,0 +1,502 @@
+"""Comparing two runs of a job (``nsys2comm diff BASE NEW``): what changed in communication, per step.
+
+Each side is a job database (or traces ingested in memory). :func:`compare` runs the catalog queries named in
+:data:`COLUMNS` on each side (the documented columns only: one definition of every metric), registers both sides'
+frames in a scratch DuckDB connection, turns each side into long rows (:data:`SIDE_SQL`) and joins the two sides
+in SQL (:data:`COMPARE_SQL`). Nothing is re-derived from the canonical tables: each value is a catalog column, a
+sum of one over ranks or buckets, or that divided by the number of steps.
+
+**Per step.** Runs of different length compare per step. GPU time per rank (busy, idle, communication, overlap,
+exposed communication) is ``overlap_by_step`` summed over the rank's steps and divided by their number, so idle
+time between steps and before the first one does not count; a rank without steps (a trace without steps) counts
+its whole trace, ``overlap_by_rank``, as one step. Other totals (operations, bytes and kernel time per collective
+and size bucket, waits, coalescing saving) are whole-trace totals divided by ``steps``, the number of steps per
+rank: the most steps any rank has in ``overlap_by_step`` (ranks of one job run the same steps), 1 without steps.
+Rates and shares (``*_pct``, ``busbw_gbps``, α, β, skew) are not divided.
+
+**Rows** (:data:`METRICS`, in this order within a subject). Each row has ``section``, ``metric``, the key columns
+``collective``, ``group_size``, ``bucket_lo_bytes``, ``bucket_hi_bytes``, ``rank`` (NULL where they do not apply), a
+readable ``key``, then ``base``, ``new``, ``delta`` = new − base, ``delta_pct`` = 100 × delta / base and
+``impact_ns``. A value that cannot be computed is NULL, never 0, and so are ``delta`` and ``delta_pct``;
+``delta_pct`` is also NULL when base is 0 (a run diffed against itself has ``delta`` 0 everywhere a value is known,
+``delta_pct`` 0 where base is not 0 and NULL where it is 0). A row present on one side only (a size bucket, a rank,
+a collective seen in one run) appears with the other side NULL.
+
+**Sort rule: impact on step time.** ``impact_ns`` is the change, new − base, in exposed communication + idle ns per
+step of the row's *subject*: the whole job (section ``job``: Σ over ranks of exposed_comm_ns + idle_ns per step,
+as defined above), a rank (sections ``rank`` and ``skew`` rows with a rank: that rank's exposed + idle per step),
+a collective's size bucket (section ``collective``: its exposed ns per step, ``comm_kernels.exposed_ns`` summed over
+the bucket; idle time belongs to no collective) or a collective (``skew`` rows with a collective and ``latency``:
+its exposed ns per step over all buckets; latency_model's ``p2p`` has none). A subject missing on one side counts as
+0 there (it had no such time); ``impact_ns`` is NULL when neither side has it or a side's analysis failed. Rows are
+sorted by |impact_ns| descending (NULL last), then impact_ns descending (a regression before an improvement of the
+same size), then section (job, collective, rank, skew, latency), collective, bucket_lo_bytes, group_size, rank
+(NULLs first) and the metric order of :data:`METRICS`, so every run gives the same order.
+
+The JSON document (``nsys2comm diff --json``, :func:`document`; ``schema_version`` 1, new keys may be added,
+existing keys keep their meaning and unit):
+
+=======================  ======================================================================================
+key                      meaning
+=======================  ======================================================================================
+schema_version           1
+nsys2comm_version        package version that wrote it
+base, new                {source, ranks, steps, has_steps}: what each side is; has_steps false: no steps, the
+                         whole trace counts as one step
+step_impact_ns           the job's impact_ns: change in exposed communication + idle ns per step, summed over ranks
+exposed_comm_change_pct  delta_pct of job exposed_comm_ns_per_step (exposed communication per step)
+wait_change_pct          delta_pct of job wait_ns_per_step (waiting for late ranks at collectives, per step)
+busbw_change_pct         bus bandwidth change, %: the mean of busbw_gbps delta_pct over the (collective, group size,
+                         size bucket) rows known on both sides, weighted by the base's kernel time in the bucket
+rows                     [{section, metric, key, collective, group_size, bucket_lo_bytes, bucket_hi_bytes, rank,
+                         base, new, delta, delta_pct, impact_ns}]: the rows above, in their order
+missing                  [str] what could not be compared and why ("KEY: not available (why)"), and each side's
+                         notes ("base: ...", "new: ...")
+thresholds               [{name, metric, limit, value, ok, what}] (:func:`check_thresholds`); ok is null when the
+                         metric is not available (the threshold was not evaluated)
+ok                       false when a threshold is violated, null when none is but one was not evaluated, true
+                         when every threshold was evaluated and held
+=======================  ======================================================================================
+
+Floats in the document have 6 significant digits, or whole units where that is coarser (ns values of 1e6 and
+more keep every integer digit).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from . import __version__
+from .analysis import run_query
+from .cache import materialize, unmaterialize
+from .db import settle
+from .units import size
+
+SCHEMA_VERSION = 1
+DIGITS = 6
+
+EXPOSED_BY_BUCKET = "comm_kernels × _comm_sized"
+# the documented catalog columns each side contributes (tests check them against the catalog)
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "overlap_by_step": ("rank", "step_ord", "busy_ns", "idle_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
+    "overlap_by_rank": ("rank", "busy_ns", "idle_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
+    "msg_size_histogram": ("collective", "bucket_lo_bytes", "bucket_hi_bytes", "ops", "total_bytes", "total_ns"),
+    "collective_bandwidth": ("collective", "group_size", "group_size_assumed", "bucket_lo_bytes", "bucket_hi_bytes",
+                             "total_ns", "busbw_gbps"),
+    "rank_wait": ("rank", "total_wait_ns", "arrived_last_pct", "straggler_rank_order"),
+    "collective_skew": ("collective", "start_skew_ns"),
+    "latency_model": ("collective", "group_size", "latency_floor_ns", "transfer_p50_ns", "alpha_us", "beta_gbps",
+                      "n_half_bytes", "latency_bound_pct"),
+    "latency_bound_total": ("latency_bound_pct", "coalescing_saving_ns"),
+    # exposed time per collective and size bucket: comm_kernels.exposed_ns by _comm_sized's bucket (BUCKET_SQL)
+    "comm_kernels": ("kernel_id", "exposed_ns"),
+    "_comm_sized": ("kernel_id", "collective", "bucket_lo_bytes"),
+}
+BUCKET_SQL = """
+SELECT s.collective, s.bucket_lo_bytes, CAST(sum(k.exposed_ns) AS BIGINT) AS exposed_ns
+FROM comm_kernels() k JOIN _comm_sized() s USING (kernel_id)
+GROUP BY s.collective, s.bucket_lo_bytes
+"""
+_TEXT = {"collective"}
+_BOOL = {"group_size_assumed"}
+_FLOAT_SUFFIX = ("_pct", "_gbps", "_us")
+
+# (section, metric, meaning): the rows of a diff, in their order within one subject
+METRICS: list[tuple[str, str, str]] = [
+    ("job", "steps", "steps per rank (overlap_by_step; 1 without steps)"),
+    ("job", "exposed_comm_ns_per_step", "Σ ranks of rank exposed_comm_ns_per_step"),
+    ("job", "idle_ns_per_step", "Σ ranks of rank idle_ns_per_step"),
+    ("job", "comm_ns_per_step", "Σ ranks of rank comm_ns_per_step"),
+    ("job", "busy_ns_per_step", "Σ ranks of overlap_by_step.busy_ns per step (as the rank rows)"),
+    ("job", "overlap_pct", "100 × Σ comm_overlapped_ns / Σ comm_ns over ranks' steps"),
+    ("job", "wait_ns_per_step", "Σ ranks rank_wait.total_wait_ns / steps"),
+    ("job", "max_start_skew_ns", "largest collective_skew.start_skew_ns"),
+    ("job", "mean_start_skew_ns", "mean collective_skew.start_skew_ns over instances seen on >= 2 ranks"),
+    ("job", "latency_bound_pct", "latency_bound_total.latency_bound_pct"),
+    ("job", "coalescing_saving_ns_per_step", "latency_bound_total.coalescing_saving_ns / steps"),
+    ("collective", "ops_per_step", "msg_size_histogram.ops / steps (all ranks)"),
+    ("collective", "bytes_per_step", "msg_size_histogram.total_bytes / steps (all ranks)"),
+    ("collective", "time_ns_per_step", "msg_size_histogram.total_ns / steps (kernel time, all ranks)"),
+    ("collective", "exposed_ns_per_step", "Σ comm_kernels.exposed_ns in the bucket / steps (all ranks)"),
+    ("collective", "busbw_gbps", "collective_bandwidth.busbw_gbps, per group size (a recorded group size "
+                                 "before an assumed one)"),
+    ("rank", "exposed_comm_ns_per_step", "overlap_by_step.exposed_comm_ns summed over the rank's steps / "
+                                                 "its steps (no steps: overlap_by_rank, one step)"),
+    ("rank", "idle_ns_per_step", "overlap_by_step.idle_ns per step, as exposed_comm_ns_per_step"),
+    ("rank", "comm_ns_per_step", "overlap_by_step.comm_ns per step, as exposed_comm_ns_per_step"),
+    ("rank", "overlap_pct", "100 × comm_overlapped_ns / comm_ns over the rank's steps (comm_overlap_pct)"),
+    ("rank", "wait_ns_per_step", "rank_wait.total_wait_ns / steps"),
+    ("skew", "mean_start_skew_ns", "per collective: mean collective_skew.start_skew_ns"),
+    ("skew", "max_start_skew_ns", "per collective: largest collective_skew.start_skew_ns"),
+    ("skew", "arrived_last_pct", "per rank: rank_wait.arrived_last_pct"),
+    ("skew", "straggler_rank_order", "per rank: rank_wait.straggler_rank_order (1 = likeliest straggler)"),
+    ("latency", "latency_floor_ns", "latency_model.latency_floor_ns"),
+    ("latency", "transfer_p50_ns", "latency_model.transfer_p50_ns"),
+    ("latency", "alpha_us", "latency_model.alpha_us"),
+    ("latency", "beta_gbps", "latency_model.beta_gbps"),
+    ("latency", "n_half_bytes", "latency_model.n_half_bytes"),
+    ("latency", "latency_bound_pct", "latency_model.latency_bound_pct"),
+]
+SECTIONS = list(dict.fromkeys(s for s, _, _ in METRICS))
+ROW_COLUMNS = ["section", "metric", "key", "base", "new", "delta", "delta_pct", "impact_ns", "collective",
+               "group_size", "bucket_lo_bytes", "bucket_hi_bytes", "rank"]
+
+# Per side {s}: the steps, and one row per (section, metric, keys) with the side's value.
+SIDE_SQL = """
+CREATE OR REPLACE TEMP TABLE {s}_steps AS
+SELECT coalesce(max(n), 1)::BIGINT AS steps, count(*) > 0 AS has_steps
+FROM (SELECT rank, count(*) AS n FROM {s}_overlap_by_step GROUP BY rank);
+
+CREATE OR REPLACE TEMP TABLE {s}_bw AS
+SELECT * FROM {s}_collective_bandwidth
+QUALIFY row_number() OVER (PARTITION BY collective, group_size, bucket_lo_bytes ORDER BY group_size_assumed) = 1;
+
+-- GPU time per rank and step: overlap_by_step summed over the rank's steps ÷ its steps; a rank without steps
+-- counts its whole trace (overlap_by_rank) as one step
+CREATE OR REPLACE TEMP TABLE {s}_rank_time AS
+SELECT rank, sum(busy_ns)::DOUBLE AS busy_ns, sum(idle_ns)::DOUBLE AS idle_ns, sum(comm_ns)::DOUBLE AS comm_ns,
+       sum(comm_overlapped_ns)::DOUBLE AS comm_overlapped_ns, sum(exposed_comm_ns)::DOUBLE AS exposed_comm_ns,
+       count(*)::DOUBLE AS steps
+FROM {s}_overlap_by_step GROUP BY rank
+UNION ALL
+SELECT rank, busy_ns, idle_ns, comm_ns, comm_overlapped_ns, exposed_comm_ns, 1
+FROM {s}_overlap_by_rank WHERE rank NOT IN (SELECT rank FROM {s}_overlap_by_step);
+
+CREATE OR REPLACE TEMP TABLE {s}_m AS
+WITH n AS (SELECT steps::DOUBLE AS steps FROM {s}_steps),
+job AS (
+  SELECT n.steps,
+         (SELECT sum(exposed_comm_ns / steps) FROM {s}_rank_time) AS exposed_comm_ns_per_step,
+         (SELECT sum(idle_ns / steps) FROM {s}_rank_time) AS idle_ns_per_step,
+         (SELECT sum(comm_ns / steps) FROM {s}_rank_time) AS comm_ns_per_step,
+         (SELECT sum(busy_ns / steps) FROM {s}_rank_time) AS busy_ns_per_step,
+         (SELECT 100.0 * sum(comm_overlapped_ns) / nullif(sum(comm_ns), 0) FROM {s}_rank_time) AS overlap_pct,
+         (SELECT sum(total_wait_ns) FROM {s}_rank_wait) / n.steps AS wait_ns_per_step,
+         (SELECT max(start_skew_ns) FROM {s}_collective_skew)::DOUBLE AS max_start_skew_ns,
+         (SELECT avg(start_skew_ns) FROM {s}_collective_skew)::DOUBLE AS mean_start_skew_ns,
+         (SELECT max(latency_bound_pct) FROM {s}_latency_bound_total)::DOUBLE AS latency_bound_pct,
+         (SELECT max(coalescing_saving_ns) FROM {s}_latency_bound_total) / n.steps AS coalescing_saving_ns_per_step
+  FROM n
+),
+coll AS (
+  SELECT h.collective, NULL::BIGINT AS group_size, h.bucket_lo_bytes, h.bucket_hi_bytes,
+         h.ops / n.steps AS ops_per_step, h.total_bytes / n.steps AS bytes_per_step,
+         h.total_ns / n.steps AS time_ns_per_step, e.exposed_ns / n.steps AS exposed_ns_per_step
+  FROM {s}_msg_size_histogram h CROSS JOIN n
+  LEFT JOIN {s}_exposed_by_bucket e
+    ON e.collective = h.collective AND e.bucket_lo_bytes IS NOT DISTINCT FROM h.bucket_lo_bytes
+),
+rk AS (
+  SELECT coalesce(o.rank, w.rank) AS rank, o.exposed_comm_ns / o.steps AS exposed_comm_ns_per_step,
+         o.idle_ns / o.steps AS idle_ns_per_step, o.comm_ns / o.steps AS comm_ns_per_step,
+         100.0 * o.comm_overlapped_ns / nullif(o.comm_ns, 0) AS overlap_pct,
+         w.total_wait_ns / n.steps AS wait_ns_per_step
+  FROM {s}_rank_time o FULL JOIN {s}_rank_wait w ON o.rank = w.rank CROSS JOIN n
+),
+skew_c AS (
+  SELECT collective, avg(start_skew_ns)::DOUBLE AS mean_start_skew_ns,
+         max(start_skew_ns)::DOUBLE AS max_start_skew_ns
+  FROM {s}_collective_skew WHERE start_skew_ns IS NOT NULL GROUP BY collective
+),
+skew_r AS (
+  SELECT rank, arrived_last_pct::DOUBLE AS arrived_last_pct, straggler_rank_order::DOUBLE AS straggler_rank_order
+  FROM {s}_rank_wait
+),
+lat AS (
+  SELECT collective, group_size, latency_floor_ns::DOUBLE AS latency_floor_ns,
+         transfer_p50_ns::DOUBLE AS transfer_p50_ns, alpha_us::DOUBLE AS alpha_us, beta_gbps::DOUBLE AS beta_gbps,
+         n_half_bytes::DOUBLE AS n_half_bytes, latency_bound_pct::DOUBLE AS latency_bound_pct
+  FROM {s}_latency_model
+)
+SELECT 'job' AS section, metric, NULL::VARCHAR AS collective, NULL::BIGINT AS group_size,
+       NULL::BIGINT AS bucket_lo_bytes, NULL::BIGINT AS bucket_hi_bytes, NULL::BIGINT AS rank, value::DOUBLE AS value
+FROM job UNPIVOT INCLUDE NULLS (value FOR metric IN (steps, exposed_comm_ns_per_step, idle_ns_per_step,
+  comm_ns_per_step, busy_ns_per_step, overlap_pct, wait_ns_per_step, max_start_skew_ns, mean_start_skew_ns,
+  latency_bound_pct, coalescing_saving_ns_per_step))
+UNION ALL
+SELECT 'collective', metric, collective, group_size, bucket_lo_bytes, bucket_hi_bytes, NULL, value::DOUBLE
+FROM coll UNPIVOT INCLUDE NULLS (value FOR metric IN (ops_per_step, bytes_per_step, time_ns_per_step,
+  exposed_ns_per_step))
+UNION ALL
+SELECT 'collective', 'busbw_gbps', collective, group_size, bucket_lo_bytes, bucket_hi_bytes, NULL, busbw_gbps::DOUBLE
+FROM {s}_bw
+UNION ALL
+SELECT 'rank', metric, NULL, NULL, NULL, NULL, rank, value::DOUBLE
+FROM rk UNPIVOT INCLUDE NULLS (value FOR metric IN (exposed_comm_ns_per_step, idle_ns_per_step, comm_ns_per_step,
+  overlap_pct, wait_ns_per_step))
+UNION ALL
+SELECT 'skew', metric, collective, NULL, NULL, NULL, NULL, value::DOUBLE
+FROM skew_c UNPIVOT INCLUDE NULLS (value FOR metric IN (mean_start_skew_ns, max_start_skew_ns))
+UNION ALL
+SELECT 'skew', metric, NULL, NULL, NULL, NULL, rank, value::DOUBLE
+FROM skew_r UNPIVOT INCLUDE NULLS (value FOR metric IN (arrived_last_pct, straggler_rank_order))
+UNION ALL
+SELECT 'latency', metric, collective, group_size, NULL, NULL, NULL, value::DOUBLE
+FROM lat UNPIVOT INCLUDE NULLS (value FOR metric IN (latency_floor_ns, transfer_p50_ns, alpha_us, beta_gbps,
+  n_half_bytes, latency_bound_pct));
+
+-- impact subjects: exposed communication (+ idle for the job and ranks) ns per step
+CREATE OR REPLACE TEMP TABLE {s}_subj AS
+WITH n AS (SELECT steps::DOUBLE AS steps FROM {s}_steps)
+SELECT 'job' AS kind, NULL::VARCHAR AS collective, NULL::BIGINT AS bucket_lo_bytes, NULL::BIGINT AS rank,
+       sum((exposed_comm_ns + idle_ns) / steps) AS step_ns
+FROM {s}_rank_time HAVING count(*) > 0
+UNION ALL
+SELECT 'rank', NULL, NULL, rank, (exposed_comm_ns + idle_ns) / steps FROM {s}_rank_time
+UNION ALL
+SELECT 'bucket', collective, bucket_lo_bytes, NULL, exposed_ns / n.steps FROM {s}_exposed_by_bucket CROSS JOIN n
+UNION ALL
+SELECT 'collective', collective, NULL, NULL, sum(exposed_ns) / any_value(n.steps)
+FROM {s}_exposed_by_bucket CROSS JOIN n GROUP BY collective;
+"""
+
+# Both sides joined: base, new, delta, delta_pct and impact_ns per row, sorted (module docstring).
+COMPARE_SQL = """
+WITH d AS (
+  SELECT coalesce(b.section, n.section) AS section, coalesce(b.metric, n.metric) AS metric,
+         coalesce(b.collective, n.collective) AS collective, coalesce(b.group_size, n.group_size) AS group_size,
+         coalesce(b.bucket_lo_bytes, n.bucket_lo_bytes) AS bucket_lo_bytes,
+         coalesce(b.bucket_hi_bytes, n.bucket_hi_bytes) AS bucket_hi_bytes, coalesce(b.rank, n.rank) AS rank,
+         b.value AS base, n.value AS new
+  FROM base_m b FULL JOIN new_m n
+    ON b.section = n.section AND b.metric = n.metric AND b.collective IS NOT DISTINCT FROM n.collective
+   AND b.group_size IS NOT DISTINCT FROM n.group_size AND b.bucket_lo_bytes IS NOT DISTINCT FROM n.bucket_lo_bytes
+   AND b.rank IS NOT DISTINCT FROM n.rank
+),
+s AS (  -- the subject whose exposed (+ idle) time a row's impact is
+  SELECT *, CASE section WHEN 'job' THEN 'job' WHEN 'rank' THEN 'rank' WHEN 'collective' THEN 'bucket'
+                 WHEN 'skew' THEN CASE WHEN rank IS NOT NULL THEN 'rank' ELSE 'collective' END
+                 ELSE 'collective' END AS kind
+  FROM d
+),
+i AS (
+  SELECT s.*,
+         CASE WHEN s.kind = 'job' THEN ns.step_ns - bs.step_ns
+              WHEN bs.step_ns IS NOT NULL OR ns.step_ns IS NOT NULL
+              THEN coalesce(ns.step_ns, {new_zero}) - coalesce(bs.step_ns, {base_zero}) END AS impact_ns
+  FROM s
+  LEFT JOIN base_subj bs ON bs.kind = s.kind AND bs.collective IS NOT DISTINCT FROM s.collective
+   AND bs.bucket_lo_bytes IS NOT DISTINCT FROM s.bucket_lo_bytes AND bs.rank IS NOT DISTINCT FROM s.rank
+  LEFT JOIN new_subj ns ON ns.kind = s.kind AND ns.collective IS NOT DISTINCT FROM s.collective
+   AND ns.bucket_lo_bytes IS NOT DISTINCT FROM s.bucket_lo_bytes AND ns.rank IS NOT DISTINCT FROM s.rank
+)
+SELECT i.section, i.metric, i.base, i.new, i.new - i.base AS delta,
+       CASE WHEN i.base <> 0 THEN 100.0 * (i.new - i.base) / i.base END AS delta_pct, i.impact_ns,
+       i.collective, i.group_size, i.bucket_lo_bytes, i.bucket_hi_bytes, i.rank
+FROM i JOIN metric_order o ON o.section = i.section AND o.metric = i.metric
+ORDER BY abs(impact_ns) DESC NULLS LAST, impact_ns DESC NULLS LAST, o.section_ord, i.collective NULLS FIRST,
+         i.bucket_lo_bytes NULLS FIRST, i.group_size NULLS FIRST, i.rank NULLS FIRST, o.metric_ord
+"""
+
+# bus bandwidth change: busbw delta_pct per (collective, group size, bucket) known on both sides, weighted by the
+# base's kernel time in that bucket
+BUSBW_SQL = """
+SELECT sum(b.total_ns * 100.0 * (n.busbw_gbps - b.busbw_gbps) / b.busbw_gbps) / sum(b.total_ns) AS busbw_change_pct,
+       count(*) AS buckets
+FROM base_bw b JOIN new_bw n ON b.collective = n.collective AND b.group_size IS NOT DISTINCT FROM n.group_size
+ AND b.bucket_lo_bytes = n.bucket_lo_bytes
+WHERE b.busbw_gbps > 0 AND n.busbw_gbps IS NOT NULL AND b.total_ns > 0
+"""
+
+
+@dataclass
+class Side:
+    """One run's catalog frames, as the diff reads them."""
+
+    source: str
+    frames: dict[str, pl.DataFrame]
+    failed: dict[str, str] = field(default_factory=dict)  # query -> why it failed
+    ranks: int = 0
+
+
+@dataclass
+class Comparison:
+    """The rows of a diff and what the document says beside them."""
+
+    rows: pl.DataFrame
+    base: dict[str, Any]
+    new: dict[str, Any]
+    headline: dict[str, float | None]
+    missing: list[str]
+
+
+def _dtype(col: str) -> pl.DataType:
+    if col in _TEXT:
+        return pl.String
+    if col in _BOOL:
+        return pl.Boolean
+    return pl.Float64 if col.endswith(_FLOAT_SUFFIX) else pl.Int64
+
+
+def _empty(cols: tuple[str, ...]) -> pl.DataFrame:
+    return pl.DataFrame(schema={c: _dtype(c) for c in cols})
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def read_side(con, source: str) -> Side:
+    """Run the catalog queries the diff needs on one job (failures are kept as reasons, like the summary's)."""
+    side = Side(source, {})
+    settle(con)
+    side.ranks = con.execute("SELECT count(*) FROM ranks").fetchone()[0]
+    try:
+        materialize(con)
+    except Exception:  # noqa: BLE001 - helpers that cannot be snapshotted compute live
+        unmaterialize(con)
+    try:
+        for name, cols in COLUMNS.items():
+            if name.startswith("_") or name == "comm_kernels":
+                continue
+            try:
+                side.frames[name] = run_query(con, name).select(cols)
+            except Exception as e:  # noqa: BLE001 - one failing analysis leaves its rows NULL, not the diff
+                side.failed[name] = _first_line(e)
+                side.frames[name] = _empty(cols)
+        try:
+            side.frames["exposed_by_bucket"] = settle(con).sql(BUCKET_SQL).pl()
+        except Exception as e:  # noqa: BLE001
+            side.failed[EXPOSED_BY_BUCKET] = _first_line(e)
+            side.frames["exposed_by_bucket"] = _empty(("collective", "bucket_lo_bytes", "exposed_ns"))
+    finally:
+        unmaterialize(con)
+        settle(con)
+    return side
+
+
+def _key(r: dict) -> str:
+    """A readable key: 'job', 'rank 3', 'all_reduce 1 MiB–2 MiB (8 ranks)', 'all_reduce size unknown'."""
+    if r["section"] == "job":
+        return "job"
+    if r["rank"] is not None:
+        return f"rank {r['rank']}"
+    parts = [r["collective"] or "?"]
+    if r["section"] == "collective":
+        lo, hi = r["bucket_lo_bytes"], r["bucket_hi_bytes"]
+        parts.append("size unknown" if lo is None else f"{size(lo)}–{size(hi)}")
+    if r["group_size"] is not None:
+        parts.append(f"({r['group_size']} ranks)")
+    return " ".join(parts)
+
+
+def compare_sides(base: Side, new: Side) -> Comparison:
+    """Join two sides' catalog frames in DuckDB (SIDE_SQL per side, then COMPARE_SQL)."""
+    con = duckdb.connect()
+    try:
+        for tag, side in (("base", base), ("new", new)):
+            for name, df in side.frames.items():
+                con.register(f"{tag}_{name}", df)
+            con.execute(SIDE_SQL.format(s=tag))
+        order = pl.DataFrame({"section": [s for s, _, _ in METRICS], "metric": [m for _, m, _ in METRICS],
+                              "section_ord": [SECTIONS.index(s) for s, _, _ in METRICS],
+                              "metric_ord": list(range(len(METRICS)))})
+        con.register("metric_order", order)
+        zero = {tag: "0" if not ({"overlap_by_rank", EXPOSED_BY_BUCKET} & set(side.failed)) else "NULL"
+                for tag, side in (("base", base), ("new", new))}
+        rows = con.sql(COMPARE_SQL.format(base_zero=zero["base"], new_zero=zero["new"])).pl()
+        steps = {tag: con.execute(f"SELECT steps, has_steps FROM {tag}_steps").fetchone() for tag in ("base", "new")}
+        busbw, buckets = con.execute(BUSBW_SQL).fetchone()
+    finally:
+        con.close()
+    keys = [_key(r) for r in rows.select("section", "rank", "collective", "bucket_lo_bytes", "bucket_hi_bytes",
+                                         "group_size").iter_rows(named=True)]
+    rows = rows.with_columns(pl.Series("key", keys, dtype=pl.String)).select(ROW_COLUMNS)
+    info = {tag: {"source": side.source, "ranks": side.ranks, "steps": steps[tag][0], "has_steps": steps[tag][1]}
+            for tag, side in (("base", base), ("new", new))}
+    job = {r["metric"]: r for r in rows.filter(pl.col("section") == "job").iter_rows(named=True)}
+    headline = {"step_impact_ns": job.get("exposed_comm_ns_per_step", {}).get("impact_ns"),
+                "exposed_comm_change_pct": job.get("exposed_comm_ns_per_step", {}).get("delta_pct"),
+                "wait_change_pct": job.get("wait_ns_per_step", {}).get("delta_pct"),
+                "busbw_change_pct": busbw}
+    missing = _missing(base, new, info, job, buckets)
+    return Comparison(rows, info["base"], info["new"], headline, missing)
+
+
+def _missing(base: Side, new: Side, info: dict, job: dict, busbw_buckets: int) -> list[str]:
+    out: list[str] = []
+    for tag, side in (("base", base), ("new", new)):
+        if not info[tag]["has_steps"]:
+            out.append(f"{tag}: no steps (overlap_by_step is empty): the whole trace counts as one step")
+        out += [f"{tag}: analysis '{q}' failed: {why}" for q, why in side.failed.items()]
+    if base.ranks != new.ranks:
+        out.append(f"the runs have different ranks (base {base.ranks}, new {new.ranks}): per-rank rows of a rank "
+                   "seen on one side only have the other side NULL")
+    for key, metric, what in (("exposed_comm_change_pct", "exposed_comm_ns_per_step", "exposed communication"),
+                              ("wait_change_pct", "wait_ns_per_step", "wait at collectives")):
+        r = job.get(metric) or {}
+        if r.get("delta_pct") is not None:
+            continue
+        unknown = [tag for tag in ("base", "new") if r.get(tag) is None]
+        why = (f"the base has no {what}: a relative change is undefined" if not unknown else
+               f"{what} is not known on the {' and '.join(unknown)} run"
+               + (" (waits need a collective matched on two or more ranks)" if metric == "wait_ns_per_step" else
+                  " (it needs GPU kernels)"))
+        out.append(f"{key}: not available ({why})")
+    if not busbw_buckets:
+        out.append("busbw_change_pct: not available (no collective size bucket has a bus bandwidth on both sides; "
+                   "bus bandwidth needs message and group sizes)")
+    return out
+
+
+def compare(base_con, new_con, *, base_source: str = "base", new_source: str = "new") -> Comparison:
+    """Compare the job in ``new_con`` with the one in ``base_con`` (open job databases)."""
+    return compare_sides(read_side(base_con, base_source), read_side(new_con, new_source))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the JSON document and its thresholds
+
+THRESHOLDS = {
+    # option name: (document key, sign, readable name); violated when sign × value > limit
+    "max_exposed_regression_pct": ("exposed_comm_change_pct", 1, "exposed communication per step, change (%)"),
+    "max_wait_regression_pct": ("wait_change_pct", 1, "wait at collectives per step, change (%)"),
+    "max_busbw_drop_pct": ("busbw_change_pct", -1, "bus bandwidth drop (%, time-weighted over size buckets)"),
+}
+
+
+def _round(v):
+    """Floats to DIGITS significant digits, never coarser than whole units; recursively."""
+    if isinstance(v, float):
+        if not math.isfinite(v) or v == 0:
+            return v
+        digits = max(DIGITS, int(math.floor(math.log10(abs(v)))) + 1)
+        return float(f"{v:.{digits}g}")
+    if isinstance(v, dict):
+        return {k: _round(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return v
+
+
+def document(c: Comparison, **limits: float | None) -> dict[str, Any]:
+    """The ``diff --json`` document (keys in the module docstring), thresholds checked."""
+    d: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "nsys2comm_version": __version__,
+                         "base": dict(c.base), "new": dict(c.new), **c.headline,
+                         "rows": c.rows.rows(named=True), "missing": list(c.missing), "thresholds": [], "ok": True}
+    check_thresholds(d, **limits)
+    return _round(d)
+
+
+def check_thresholds(d: dict, **limits: float | None) -> dict:
+    """Fill ``thresholds`` and ``ok`` (as :func:`nsys2comm.summary.check_thresholds`): a metric that is not
+    available is not evaluated (ok null), and then ``ok`` is null unless another threshold is violated."""
+    results = []
+    for opt, limit in limits.items():
+        if limit is None:
+            continue
+        key, sign, what = THRESHOLDS[opt]
+        raw = d.get(key)
+        value = None if raw is None else sign * raw
+        ok = None if value is None else value <= limit
+        results.append({"name": opt, "metric": key, "limit": limit, "value": value, "ok": ok, "what": what})
+    d["thresholds"] = results
+    oks = [r["ok"] for r in results]
+    d["ok"] = False if False in oks else (None if None in oks else True)
+    return d
