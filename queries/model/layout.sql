@@ -339,7 +339,7 @@ ORDER BY list_position(['tp', 'cp', 'ep', 'dp', 'pp', 'world', 'unknown'], kind)
 -- The degree of each parallel dimension (tp, cp, ep, dp, pp), one row each, as volume_check uses it: a dimension
 -- with groups in parallel_layout has the largest of their degrees (with the weakest confidence among them); one
 -- without groups has the degree given (--layout), else 1 when every group with traffic has a known kind (nothing
--- hides it), else NULL (unknown). A given degree that differs from the trace's named groups is said in evidence;
+-- hides it), else NULL (unknown); no rows for a job without ranks. A given degree that differs from the trace's named groups is said in evidence;
 -- the trace wins.
 -- @param tp: Tensor-parallel degree (--layout tp=); NULL: not given.
 -- @param pp: Pipeline-parallel degree; NULL: not given.
@@ -386,4 +386,5 @@ SELECT l.kind,
          CASE WHEN a.kind IS NOT NULL AND l.n IS NOT NULL AND l.n <> a.degree
               THEN format('--layout says {}={}; the trace''s groups win', l.kind, l.n) END) AS evidence
 FROM lay l LEFT JOIN agg a USING (kind)
+WHERE EXISTS (SELECT 1 FROM ranks)  -- a job without ranks has no layout to describe
 ORDER BY l.o;
