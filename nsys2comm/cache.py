@@ -40,8 +40,8 @@ from . import catalog
 from .db import settle
 
 # helper views whose snapshot may replace the live computation: view name -> snapshot table
-_MATERIALIZABLE = {"_gpu_timeline": "_gpu_timeline_snapshot",
-                   "_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
+_MATERIALIZABLE = {"_overlap_gpu_timeline": "_gpu_timeline_snapshot",
+                   "_overlap_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
                    "_skew_ops": "_skew_ops_snapshot"}
 
 _CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]

@@ -80,7 +80,7 @@ from .units import size
 SCHEMA_VERSION = 1
 DIGITS = 6
 
-EXPOSED_BY_BUCKET = "comm_kernels × _comm_sized"
+EXPOSED_BY_BUCKET = "comm_kernels × _messages_comm_sized"
 # the documented catalog columns each side contributes (tests check them against the catalog)
 COLUMNS: dict[str, tuple[str, ...]] = {
     "overlap_by_step": ("rank", "step_ord", "busy_ns", "idle_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
@@ -93,13 +93,13 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "latency_model": ("collective", "group_size", "latency_floor_ns", "transfer_p50_ns", "alpha_us", "beta_gbps",
                       "n_half_bytes", "latency_bound_pct"),
     "latency_bound_total": ("latency_bound_pct", "coalescing_saving_ns"),
-    # exposed time per collective and size bucket: comm_kernels.exposed_ns by _comm_sized's bucket (BUCKET_SQL)
+    # exposed time per collective and size bucket: comm_kernels.exposed_ns by _messages_comm_sized's bucket (BUCKET_SQL)
     "comm_kernels": ("kernel_id", "exposed_ns"),
-    "_comm_sized": ("kernel_id", "collective", "bucket_lo_bytes"),
+    "_messages_comm_sized": ("kernel_id", "collective", "bucket_lo_bytes"),
 }
 BUCKET_SQL = """
 SELECT s.collective, s.bucket_lo_bytes, CAST(sum(k.exposed_ns) AS BIGINT) AS exposed_ns
-FROM comm_kernels() k JOIN _comm_sized() s USING (kernel_id)
+FROM comm_kernels() k JOIN _messages_comm_sized() s USING (kernel_id)
 GROUP BY s.collective, s.bucket_lo_bytes
 """
 _TEXT = {"collective"}

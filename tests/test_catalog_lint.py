@@ -35,6 +35,14 @@ def test_required_objects_exist():
     assert all(o.is_table_macro for o in PUBLIC)
 
 
+@pytest.mark.parametrize("obj", [o for o in catalog.load_catalog() if not o.public and o.kind != "table"],
+                         ids=lambda o: o.name)
+def test_private_objects_carry_their_folder(obj):
+    """Internal helpers are named _<folder>_…, as Perfetto's stdlib does, so a name says where it is defined.
+    Public names stay the documented interface (queries list shows each one's folder)."""
+    assert obj.name.startswith(f"_{obj.area}_"), f"{obj.name} in queries/{obj.area}/ should be _{obj.area}_…"
+
+
 @pytest.mark.parametrize("obj", MINE, ids=lambda o: o.name)
 def test_documented(obj):
     assert obj.description.strip(), f"{obj.name}: no description"

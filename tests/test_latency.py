@@ -223,7 +223,7 @@ def test_theil_sen_vs_brute_force(alpha_us, beta_gbps, outliers, seed):
     slopes = sorted((med[y] - med[x]) / (y - x) for i, x in enumerate(sizes) for y in sizes[i + 1:])
     n = len(slopes)
     slope = (slopes[n // 2] + slopes[(n - 1) // 2]) / 2
-    f = con.execute("SELECT slope_ns_per_byte FROM _latency_fit").fetchall()[0][0]
+    f = con.execute("SELECT slope_ns_per_byte FROM _skew_latency_fit").fetchall()[0][0]
     assert f == pytest.approx(slope, rel=1e-9)
     m = analysis.run_query(con, "latency_model").row(0, named=True)
     if max(sizes) / beta_gbps > 10_000:  # bandwidth term well above the 1 ns rounding

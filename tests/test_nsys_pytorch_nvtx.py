@@ -130,7 +130,8 @@ def test_getnvtxstr_variants_parse():
              "nccl:allreduce_coalesced, op_id = 8, sizes = [[], []]",  # TensorList inputs record no shape
              "nccl:send 0->1, sizes = [[9223372036854775807, 4]]"]  # overflows int64: unknown, not wrapped
     con = _ranges_db([(i, 1, 10 * i, 10 * i + 5, n, None) for i, n in enumerate(names)])
-    got = con.execute("SELECT collective, input_elems, autograd_seq, op_id FROM _nsys_pytorch_ranges(1)").fetchall()
+    got = con.execute("SELECT collective, input_elems, autograd_seq, op_id "
+                      "FROM _ingest_nsys_pytorch_ranges(1)").fetchall()
     assert got == [("all_reduce", 4 * 1024 + 8, None, 5), ("all_to_all", 8 * 1024 * 8816, 12, 999762),
                    ("all_gather", None, None, 7), ("all_reduce", None, None, 8), ("send", None, None, None)]
 
@@ -153,7 +154,7 @@ def _brute_groups(names):
 @given(st.lists(st.sampled_from(["ncclGroupStart", "ncclGroupEnd", "ncclSend", "ncclRecv"]), max_size=25))
 def test_group_depth_matches_brute_force(names):
     con = _ranges_db([(i, 7, 100 * i, 100 * i + 50, n, "NCCL") for i, n in enumerate(names)])
-    got = con.execute("SELECT depth_before, outer_group FROM _nsys_nccl_ranges(1) ORDER BY range_id").fetchall()
+    got = con.execute("SELECT depth_before, outer_group FROM _ingest_nsys_nccl_ranges(1) ORDER BY range_id").fetchall()
     assert got == _brute_groups(names)
 
 
@@ -255,7 +256,8 @@ NSYS_OBJECTS = [o for o in catalog.load_catalog() if o.path.name == "nsys_comm_o
 
 def test_nsys_sql_objects_documented_columns_are_real():
     """The catalog lint covers the analysis areas; the same check for the private ingest objects."""
-    assert {o.name for o in NSYS_OBJECTS} == {"_nsys_pytorch_ranges", "_nsys_nccl_ranges", "_nsys_comm_ops"}
+    assert {o.name for o in NSYS_OBJECTS} == {"_ingest_nsys_pytorch_ranges", "_ingest_nsys_nccl_ranges",
+                                              "_ingest_nsys_comm_ops"}
     con = duckdb.connect()
     catalog.install(con)
     comm_ops = [r[0] for r in con.execute("DESCRIBE comm_ops").fetchall()]
@@ -263,4 +265,4 @@ def test_nsys_sql_objects_documented_columns_are_real():
         assert o.description and o.params == {"fid": "File id."} and all(o.columns.values()), o.name
         real = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {o.name}(1)").fetchall()]
         assert real == list(o.columns), o.name
-    assert list(next(o for o in NSYS_OBJECTS if o.name == "_nsys_comm_ops").columns) == comm_ops
+    assert list(next(o for o in NSYS_OBJECTS if o.name == "_ingest_nsys_comm_ops").columns) == comm_ops

@@ -15,9 +15,9 @@ _TABLES = ("kernels", "mem_ops", "api_calls", "cpu_ranges")
 def _collectives_without_kernels(con, fid: int) -> int:
     """record_param_comms operations that no communication kernel links to (by External id or launch nesting)."""
     return con.execute("""
-      WITH rec AS (SELECT * FROM _kineto_comm_records($fid)),
+      WITH rec AS (SELECT * FROM _ingest_kineto_comm_records($fid)),
       linked AS (
-        SELECT unnest([e1, e2, e3, e4]) AS range_id FROM _kineto_launch_chain($fid)
+        SELECT unnest([e1, e2, e3, e4]) AS range_id FROM _ingest_kineto_launch_chain($fid)
         UNION SELECT x.range_id FROM rec x JOIN rec k ON k.kind = '_kernel_args' AND x.ext_id = k.ext_id
                                                   AND x.kind = 'cpu_op')
       SELECT count(*) FROM rec
@@ -29,7 +29,7 @@ def finalize(con, file_id: int) -> None:
     fid = int(file_id)
     rank, = con.execute("SELECT rank FROM ranks WHERE file_id = ? LIMIT 1", [fid]).fetchone()
     _place_on_job_timeline(con, fid, rank)
-    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _kineto_comm_ops(?)", [fid])
+    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _ingest_kineto_comm_ops(?)", [fid])
     for sev, code, msg in _comm_notes(con, fid):
         con.execute("INSERT INTO ingest_notes VALUES (?, ?, ?, ?, ?)", [fid, rank, sev, code, msg])
     con.execute(f"DELETE FROM cpu_ranges WHERE file_id = {fid} AND kind = '_kernel_args'")

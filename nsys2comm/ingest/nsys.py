@@ -34,7 +34,7 @@ NCCL and PyTorch ranges
     ``nvtx_payload.PayloadDecoder`` into ``cpu_ranges.args`` (``msg_bytes`` = NCCL's raw size field, ``peer``,
     ``comm_id``, ``nranks``, ``rank``, ``root``, ``cuda_device``, ``redop``); what was verified against NVTX's and
     NCCL's headers is written down there. PyTorch's ``emit_nvtx`` ranges (default domain, ``nccl:<op>, op_id = N
-    [, sizes = [[...]]]``) are stored as they are. ``finalize`` runs ``_nsys_comm_ops`` (queries/ingest/
+    [, sizes = [[...]]]``) are stored as they are. ``finalize`` runs ``_ingest_nsys_comm_ops`` (queries/ingest/
     nsys_comm_ops.sql): the PyTorch range around the launch names the operation, NCCL's ranges (with nested
     groups) give n_ops, payload sizes, communicator and peer.
 
@@ -587,7 +587,7 @@ def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDe
 
 def finalize(con, file_id: int) -> None:
     f = int(file_id)
-    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _nsys_comm_ops(?)", [f])
+    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _ingest_nsys_comm_ops(?)", [f])
     n_comm, n_sized, n_elems_only = con.execute(
         "SELECT count(*), count(msg_bytes), count(*) FILTER (WHERE msg_bytes IS NULL AND element_count IS NOT NULL) "
         "FROM comm_ops WHERE file_id = ?", [f]).fetchone()

@@ -56,7 +56,7 @@ d AS (
   UNION ALL
   SELECT 'info', 'no_steps', NULL, 'overlap_by_step',
          'no ProfilerStep#N or NVTX iteration ranges: overlap_by_step has no rows'
-  WHERE (SELECT count(*) FROM files) > 0 AND NOT EXISTS (SELECT 1 FROM _steps())
+  WHERE (SELECT count(*) FROM files) > 0 AND NOT EXISTS (SELECT 1 FROM _overlap_steps())
   UNION ALL
   SELECT 'info', 'no_p2p', NULL, 'p2p_latency_by_size, latency_model', 'no sized send/recv operations'
   WHERE (SELECT n FROM nc) > 0
@@ -65,13 +65,13 @@ d AS (
   SELECT 'info', 'p2p_fit_impossible', NULL, 'latency_model', 'fewer than two distinct p2p message sizes: no alpha-beta fit for p2p'
   WHERE (SELECT count(DISTINCT msg_bytes) FROM co WHERE collective IN ('send', 'recv', 'send_recv')) = 1
   UNION ALL
-  -- the rule _comm_keys chose (one definition, in skew/skew.sql), in words
+  -- the rule _skew_comm_keys chose (one definition, in skew/skew.sql), in words
   SELECT 'info', 'skew_match_rule', NULL, 'collective_skew, rank_wait',
          'collectives matched across ranks by ' || CASE any_value(match_rule)
            WHEN 'pg_seq' THEN 'process group and sequence number (rule pg_seq)'
            WHEN 'group_order' THEN 'order within each process group and collective (rule group_order)'
            ELSE 'per-rank order of all communication kernels, no group metadata (rule rank_order, TraceLens simplified mode)' END
-  FROM _comm_keys WHERE match_rule <> 'p2p_pair'
+  FROM _skew_comm_keys WHERE match_rule <> 'p2p_pair'
   HAVING count(*) > 0 AND (SELECT n FROM nr) > 1
 )
 SELECT severity, code, rank, affects, message FROM d

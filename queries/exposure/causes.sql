@@ -51,7 +51,7 @@ QUALIFY row_number() OVER (PARTITION BY rank, correlation_id ORDER BY start_ns, 
 -- kernels are 1–5 µs, while a kernel launched only after the end waits a launch call plus its GPU latency.
 -- @column kernel_id: Communication kernel (comm_kernels.kernel_id).
 -- @column rank: Rank.
--- @column step_ord: Step (_steps) whose window contains the kernel's start; NULL outside steps.
+-- @column step_ord: Step (_overlap_steps) whose window contains the kernel's start; NULL outside steps.
 -- @column collective: Canonical collective ('unknown' when no comm_ops row).
 -- @column stream_id: Stream of the kernel.
 -- @column start_ns: Kernel start (ns).
@@ -99,7 +99,7 @@ WITH ck AS (
   SELECT rank, pg_name, end_ns, kernel_id, collective FROM ck WHERE pg_name IS NOT NULL
 ), comm_ends AS (SELECT rank, end_ns, kernel_id FROM kernels WHERE kernel_class = 'communication'
 ), launches AS (SELECT * FROM _exposure_launches()
-), steps AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _steps()
+), steps AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _overlap_steps()
 ), e AS (
   SELECT ck.*, coalesce(sc.n, 0) AS stream_compute_kernels, w.wait_ns, w.last_arriving_rank,
          coalesce(s.skew_exposed_ns, 0) AS skew_exposed_ns,
@@ -161,7 +161,7 @@ ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 -- comm_kernels.exposed_ns.
 -- @param right_after_ns: Tolerance for "starts right after" (ns), see exposed_comm_by_kernel.
 -- @column rank: Rank.
--- @column step_ord: Step (_steps) whose window contains the kernels' starts; NULL outside steps.
+-- @column step_ord: Step (_overlap_steps) whose window contains the kernels' starts; NULL outside steps.
 -- @column collective: Canonical collective.
 -- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
 -- 'nothing_to_overlap' or 'unattributed'.

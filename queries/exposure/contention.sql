@@ -8,7 +8,7 @@
 -- A kernel is a sample 'alone' when nothing of the other side runs on its rank at any moment of it, 'overlapped'
 -- when the other side covers at least overlapped_min_pct of its duration, and 'partial' (in neither sample)
 -- otherwise. Kernels of zero duration are no samples. Alone and overlapped kernels of one group are compared
--- within the same step windows (the k-th step of every rank is window k, see _steps; kernels are placed by their
+-- within the same step windows (the k-th step of every rank is window k, see _overlap_steps; kernels are placed by their
 -- start; kernels outside every step are left out): only windows holding both an alone and an overlapped sample
 -- of the group count, so a group whose alone kernels all ran in another iteration (warm-up, another phase) is
 -- not compared. A job without steps is one window. A group needs min_samples kernels on each side to be
@@ -17,14 +17,14 @@
 -- lost_ns = Σ over the overlapped samples of (duration − median_alone).
 
 -- @macro _exposure_kernel_window
--- Step window of every kernel: the ordinal of the step (_steps) of the kernel's rank whose CPU range
+-- Step window of every kernel: the ordinal of the step (_overlap_steps) of the kernel's rank whose CPU range
 -- [step_start_ns, step_end_ns) holds the kernel's start (ASOF lookup of the last step started, no range join);
 -- 0 for every kernel when the job has no steps; NULL for a kernel outside every step of a job that has steps.
 -- @column kernel_id: Kernel id.
 -- @column window_ord: Step ordinal (the same ordinal on every rank is one window), 0 without steps, NULL outside steps.
 CREATE OR REPLACE MACRO _exposure_kernel_window() AS TABLE
 WITH _exposure_st AS (
-  SELECT rank, step_ord, step_start_ns, step_end_ns FROM _steps()
+  SELECT rank, step_ord, step_start_ns, step_end_ns FROM _overlap_steps()
 ), _exposure_has_steps AS (
   SELECT count(*) > 0 AS on_ FROM _exposure_st
 )

@@ -13,18 +13,18 @@
 -- default one, from the world size: group_source 'assumed_world_size' (never counted as a recorded value).
 -- Sizes follow comm_ops' nccl-tests convention; an all_gather size from a shape needs the group size.
 
--- @macro _kineto_tensor_elems
+-- @macro _ingest_kineto_tensor_elems
 -- Per argument of an 'Input Dims'/'Input type' pair: the tensor's element count when the argument is a tensor of
 -- a known dtype with a fully known shape (a 0-d tensor counts 1), else NULL.
 -- @param dims: 'Input Dims' as BIGINT[][].
 -- @param types: 'Input type' as VARCHAR[].
-CREATE OR REPLACE MACRO _kineto_tensor_elems(dims, types) AS
+CREATE OR REPLACE MACRO _ingest_kineto_tensor_elems(dims, types) AS
   list_transform(range(1, least(len(dims), len(types)) + 1),
     lambda i: CASE WHEN canonical_dtype((types::VARCHAR[])[i]) IS NOT NULL AND dims[i] IS NOT NULL
                         AND len(list_filter(dims[i], lambda d: d IS NULL OR d < 0)) = 0
                    THEN coalesce(list_aggregate(dims[i], 'product'), 1) END);
 
--- @macro _kineto_input_elems
+-- @macro _ingest_kineto_input_elems
 -- Elements of the input tensor(s) that an 'Input Dims'/'Input type' pair records, or NULL when it records no
 -- tensor with a known dtype. nccl:*/gloo:* ranges list the collective's input tensors (ProcessGroupNCCL's
 -- record function takes `inputs`): their elements are summed. record_param_comms (PyTorch < 2.2) lists the
@@ -33,19 +33,19 @@ CREATE OR REPLACE MACRO _kineto_tensor_elems(dims, types) AS
 -- @param name: Range name.
 -- @param dims: 'Input Dims' as BIGINT[][] (NULL when absent or nested deeper).
 -- @param types: 'Input type' as VARCHAR[].
-CREATE OR REPLACE MACRO _kineto_input_elems(name, dims, types) AS
+CREATE OR REPLACE MACRO _ingest_kineto_input_elems(name, dims, types) AS
   CASE
-    WHEN name LIKE 'nccl:%' OR name LIKE 'gloo:%' THEN list_aggregate(_kineto_tensor_elems(dims, types), 'sum')
+    WHEN name LIKE 'nccl:%' OR name LIKE 'gloo:%' THEN list_aggregate(_ingest_kineto_tensor_elems(dims, types), 'sum')
     WHEN name IN ('c10d::_allgather_base_', 'c10d::_reduce_scatter_base_', 'c10d::alltoall_base_')
-      THEN _kineto_tensor_elems(dims, types)[2]
-    ELSE _kineto_tensor_elems(dims, types)[1] END;
+      THEN _ingest_kineto_tensor_elems(dims, types)[2]
+    ELSE _ingest_kineto_tensor_elems(dims, types)[1] END;
 
--- @macro _kineto_input_dtype
--- Canonical dtype of the tensor(s) _kineto_input_elems counted: the first recorded tensor type for nccl:*/gloo:*
+-- @macro _ingest_kineto_input_dtype
+-- Canonical dtype of the tensor(s) _ingest_kineto_input_elems counted: the first recorded tensor type for nccl:*/gloo:*
 -- ranges, argument 2 for the c10d (output, input) ops, else argument 1. NULL when unknown.
 -- @param name: Range name.
 -- @param types: 'Input type' as VARCHAR[].
-CREATE OR REPLACE MACRO _kineto_input_dtype(name, types) AS
+CREATE OR REPLACE MACRO _ingest_kineto_input_dtype(name, types) AS
   canonical_dtype(CASE
     WHEN name LIKE 'nccl:%' OR name LIKE 'gloo:%'
       THEN list_filter(types::VARCHAR[], lambda x: canonical_dtype(x) IS NOT NULL)[1]
@@ -53,7 +53,7 @@ CREATE OR REPLACE MACRO _kineto_input_dtype(name, types) AS
       THEN (types::VARCHAR[])[2]
     ELSE (types::VARCHAR[])[1] END);
 
--- @macro _kineto_comm_records
+-- @macro _ingest_kineto_comm_records
 -- One file's communication records with their args in canonical units: staged kernel args
 -- (kind '_kernel_args', tid = the kernel's index in the file) and the CPU ranges that may describe a collective.
 -- @param fid: File id.
@@ -69,8 +69,8 @@ CREATE OR REPLACE MACRO _kineto_input_dtype(name, types) AS
 -- @column in_n: 'In msg nelems' (element count; the importer renames the older 'In msg size').
 -- @column out_n: 'Out msg nelems' (likewise).
 -- @column nelems_dtype: Canonical 'dtype'.
--- @column shape_n: Input elements from 'Input Dims' (_kineto_input_elems).
--- @column shape_dtype: Their dtype (_kineto_input_dtype).
+-- @column shape_n: Input elements from 'Input Dims' (_ingest_kineto_input_elems).
+-- @column shape_dtype: Their dtype (_ingest_kineto_input_dtype).
 -- @column group_size: 'Group size'.
 -- @column pg_name: 'Process Group Name' (the importer renames PyTorch 2.2's 'Process Group ID').
 -- @column pg_desc: 'Process Group Description'.
@@ -81,7 +81,7 @@ CREATE OR REPLACE MACRO _kineto_input_dtype(name, types) AS
 -- @column comm_id: 'Comms Id'.
 -- @column ext_id: 'External id'.
 -- @column corr: 'correlation' (staged kernel args only).
-CREATE OR REPLACE MACRO _kineto_comm_records(fid) AS TABLE
+CREATE OR REPLACE MACRO _ingest_kineto_comm_records(fid) AS TABLE
 WITH r AS (
   SELECT range_id, kind, name, pid, tid, start_ns, end_ns, args AS a,
          TRY_CAST(args->'Input Dims' AS BIGINT[][]) AS dims, TRY_CAST(args->'Input type' AS VARCHAR[]) AS types
@@ -97,8 +97,8 @@ SELECT range_id, kind, name, pid, tid, start_ns, end_ns,
   TRY_CAST(a->>'In msg nelems' AS BIGINT) AS in_n,
   TRY_CAST(a->>'Out msg nelems' AS BIGINT) AS out_n,
   canonical_dtype(a->>'dtype') AS nelems_dtype,
-  _kineto_input_elems(name, dims, types) AS shape_n,
-  _kineto_input_dtype(name, types) AS shape_dtype,
+  _ingest_kineto_input_elems(name, dims, types) AS shape_n,
+  _ingest_kineto_input_dtype(name, types) AS shape_dtype,
   TRY_CAST(a->>'Group size' AS INTEGER) AS group_size,
   a->>'Process Group Name' AS pg_name,
   a->>'Process Group Description' AS pg_desc,
@@ -112,7 +112,7 @@ SELECT range_id, kind, name, pid, tid, start_ns, end_ns,
   TRY_CAST(a->>'correlation' AS BIGINT) AS corr
 FROM r;
 
--- @macro _kineto_launch_chain
+-- @macro _ingest_kineto_launch_chain
 -- For each communication kernel of one file: its launch (correlation -> runtime/driver call) and the ranges that
 -- enclose the launch on the launching thread, innermost first. Nesting is found with one sweep per thread
 -- (depth = open ranges at each start; a probe's innermost enclosing range is the latest-started range one level
@@ -123,7 +123,7 @@ FROM r;
 -- @column e2: Its parent, or NULL.
 -- @column e3: The next level up, or NULL.
 -- @column e4: The next level up, or NULL.
-CREATE OR REPLACE MACRO _kineto_launch_chain(fid) AS TABLE
+CREATE OR REPLACE MACRO _ingest_kineto_launch_chain(fid) AS TABLE
 WITH ck AS (
   SELECT kernel_id, correlation_id FROM kernels WHERE file_id = fid AND kernel_class = 'communication'
 ), launch AS (  -- the first runtime/driver call of each correlation (a graph replay launches many kernels)
@@ -131,7 +131,7 @@ WITH ck AS (
          arg_min(end_ns, start_ns) AS end_ns
   FROM api_calls WHERE file_id = fid AND correlation_id IN (SELECT correlation_id FROM ck) GROUP BY correlation_id
 ), rng AS (
-  SELECT range_id, pid, tid, start_ns, end_ns FROM _kineto_comm_records(fid)
+  SELECT range_id, pid, tid, start_ns, end_ns FROM _ingest_kineto_comm_records(fid)
   WHERE kind <> '_kernel_args' AND NOT is_wait AND pid IS NOT NULL AND tid IS NOT NULL
 ), ev AS (  -- at one instant: ranges ending, then ranges starting (outer first), then launches
   SELECT pid, tid, start_ns AS t, 1 AS cls, start_ns - end_ns AS tie, range_id AS id, 1 AS delta, false AS probe FROM rng
@@ -159,7 +159,7 @@ LEFT JOIN parent p2 ON p2.range_id = pr.e1
 LEFT JOIN parent p3 ON p3.range_id = p2.parent_id
 LEFT JOIN parent p4 ON p4.range_id = p3.parent_id;
 
--- @macro _kineto_comm_ops
+-- @macro _ingest_kineto_comm_ops
 -- comm_ops rows of one Kineto file (see this file's header for the resolution order).
 -- @param fid: File id.
 -- @column kernel_id: comm_ops.kernel_id.
@@ -183,9 +183,9 @@ LEFT JOIN parent p4 ON p4.range_id = p3.parent_id;
 -- @column size_source: comm_ops.size_source.
 -- @column group_source: comm_ops.group_source.
 -- @column peer_source: comm_ops.peer_source.
-CREATE OR REPLACE MACRO _kineto_comm_ops(fid) AS TABLE
+CREATE OR REPLACE MACRO _ingest_kineto_comm_ops(fid) AS TABLE
 WITH rec AS (
-  SELECT * FROM _kineto_comm_records(fid)
+  SELECT * FROM _ingest_kineto_comm_records(fid)
 ), ck AS (
   SELECT kernel_id, rank, short_name, (kernel_id & ((1::BIGINT << 40) - 1)) AS kidx
   FROM kernels WHERE file_id = fid AND kernel_class = 'communication'
@@ -202,7 +202,7 @@ WITH rec AS (
   UNION ALL
   SELECT c.kernel_id, 2 + lvl, CASE WHEN r.name = 'record_param_comms' THEN 'record_param_comms' ELSE 'launch_annotation' END, r.*
   FROM (SELECT kernel_id, unnest([e1, e2, e3, e4]) AS range_id, unnest([1, 2, 3, 4]) AS lvl
-        FROM _kineto_launch_chain(fid)) c
+        FROM _ingest_kineto_launch_chain(fid)) c
   JOIN rec r USING (range_id)
 ), sized AS (
   SELECT *, CASE WHEN (in_n IS NOT NULL OR out_n IS NOT NULL) AND nelems_dtype IS NOT NULL THEN 'nelems'

@@ -1,5 +1,5 @@
 -- How the Nsight Systems importer derives comm_ops from one file's canonical rows (private; run by
--- ingest.nsys.finalize as INSERT INTO comm_ops BY NAME SELECT * FROM _nsys_comm_ops(file_id)).
+-- ingest.nsys.finalize as INSERT INTO comm_ops BY NAME SELECT * FROM _ingest_nsys_comm_ops(file_id)).
 --
 -- A communication kernel is tied to the CPU thread that launched it (api_calls, same rank and correlation id).
 -- On that thread, ranges that contain the launch call (start <= launch start, end >= launch end; ASOF joins on
@@ -15,7 +15,7 @@
 -- peer come from the NCCL payloads only. PyTorch's 'seq = N' is the autograd sequence number, not the process
 -- group's collective counter, so comm_ops.seq stays NULL.
 
--- @macro _nsys_pytorch_ranges
+-- @macro _ingest_nsys_pytorch_ranges
 -- PyTorch emit_nvtx ranges that name a collective, parsed. PyTorch writes the text with getNvtxStr
 -- (torch/csrc/profiler/util.cpp): 'name[, seq = N][, op_id = M][, sizes = [[d0, d1], [], ...]][, input_op_ids =
 -- [...]]'; 'sizes' lists one shape per input of the record function ([] for a non-tensor or TensorList input).
@@ -31,7 +31,7 @@
 -- @column input_elems: Elements of the input tensors listed in 'sizes'; NULL without sizes or with only empty shapes.
 -- @column autograd_seq: The 'seq = N' field (autograd sequence number), else NULL.
 -- @column op_id: The 'op_id = M' field (record-function handle), else NULL.
-CREATE OR REPLACE MACRO _nsys_pytorch_ranges(fid) AS TABLE
+CREATE OR REPLACE MACRO _ingest_nsys_pytorch_ranges(fid) AS TABLE
 WITH named AS (
   SELECT range_id, rank, tid, start_ns, end_ns, name,
          TRY_CAST(regexp_extract(name, ', sizes = (\[(?:\[[-0-9, ]*\](?:, )?)*\])', 1) AS BIGINT[][]) AS shapes
@@ -47,7 +47,7 @@ SELECT range_id, rank, tid, start_ns, end_ns,
 FROM named
 ORDER BY range_id;
 
--- @macro _nsys_nccl_ranges
+-- @macro _ingest_nsys_nccl_ranges
 -- One file's NCCL NVTX API ranges with their decoded payload fields and their place in ncclGroupStart/End
 -- nesting. Depth is the number of open groups on the thread, clamped at 0 (a window that starts inside a group
 -- shows an End without its Start): depth = running sum of +1/-1 minus the lowest running sum so far when negative.
@@ -65,7 +65,7 @@ ORDER BY range_id;
 -- @column nranks: Ranks in the communicator (comm-init payload of the same comm_id).
 -- @column depth_before: Open groups on the thread before this range.
 -- @column outer_group: Number of outermost ncclGroupStart ranges on the thread up to this one (group key).
-CREATE OR REPLACE MACRO _nsys_nccl_ranges(fid) AS TABLE
+CREATE OR REPLACE MACRO _ingest_nsys_nccl_ranges(fid) AS TABLE
 WITH ci AS (
   SELECT args->>'comm_id' AS comm_id, max(TRY_CAST(args->>'nranks' AS INTEGER)) AS nranks
   FROM cpu_ranges WHERE file_id = fid AND domain = 'NCCL' AND args->>'nranks' IS NOT NULL
@@ -101,7 +101,7 @@ SELECT d.range_id, d.rank, d.tid, d.start_ns, d.end_ns, d.name, d.collective, d.
 FROM depth d LEFT JOIN ci USING (comm_id) LEFT JOIN pm ON pm.comm_id = d.comm_id AND pm.local_peer = d.local_peer
 ORDER BY d.range_id;
 
--- @macro _nsys_comm_ops
+-- @macro _ingest_nsys_comm_ops
 -- comm_ops rows of one nsys file (see the file header for the rules). NCCL payload sizes follow NCCL's
 -- convention ('Message size [bytes]' = sendcount * size for AllGather, recvcount * size for ReduceScatter) and
 -- are turned into nccl-tests' S with the communicator size; grouped point-to-point operations sum their sends
@@ -128,7 +128,7 @@ ORDER BY d.range_id;
 -- @column size_source: 'pytorch_nvtx', 'nvtx_payload' or NULL.
 -- @column group_source: 'nvtx_payload' or NULL.
 -- @column peer_source: 'nvtx_payload' or NULL.
-CREATE OR REPLACE MACRO _nsys_comm_ops(fid) AS TABLE
+CREATE OR REPLACE MACRO _ingest_nsys_comm_ops(fid) AS TABLE
 WITH ck AS (  -- communication kernels, with what their names say
   SELECT kernel_id, rank, correlation_id,
          kernel_name_collective(short_name) AS name_coll,
@@ -143,7 +143,7 @@ WITH ck AS (  -- communication kernels, with what their names say
 ), lk AS (
   SELECT ck.*, l.tid, l.l_start, l.l_end FROM ck LEFT JOIN launch l USING (kernel_id)
 ), nr AS (
-  SELECT * FROM _nsys_nccl_ranges(fid)
+  SELECT * FROM _ingest_nsys_nccl_ranges(fid)
 ), launcher AS (  -- NCCL ranges that can hold a launch: an ungrouped operation, or an outermost ncclGroupEnd
   SELECT * FROM nr
   WHERE (collective IS NOT NULL AND depth_before = 0) OR (name = 'ncclGroupEnd' AND depth_before = 1)
@@ -174,7 +174,7 @@ WITH ck AS (  -- communication kernels, with what their names say
   WHERE lk.l_end <= r.end_ns
 ), pt AS (  -- innermost PyTorch nccl:<op> range holding the launch
   SELECT lk.kernel_id, r.collective AS pt_coll, r.input_elems AS pt_elems
-  FROM lk ASOF JOIN (SELECT * FROM _nsys_pytorch_ranges(fid) WHERE collective IS NOT NULL) r
+  FROM lk ASOF JOIN (SELECT * FROM _ingest_nsys_pytorch_ranges(fid) WHERE collective IS NOT NULL) r
     ON lk.rank = r.rank AND lk.tid = r.tid AND lk.l_start >= r.start_ns
   WHERE lk.l_end <= r.end_ns
 ), nccl_op AS (  -- what NCCL's ranges say: one operation, or the group launched by an outermost ncclGroupEnd

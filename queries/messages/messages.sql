@@ -4,7 +4,7 @@
 -- durations on each rank, so they include time spent waiting for late peers (see collective_skew for latency).
 -- Size buckets are powers of two: [2^k, 2^(k+1)) bytes, bucket_lo_bytes = 0 for empty messages.
 
--- @macro _comm_sized
+-- @macro _messages_comm_sized
 -- Communication operations with their kernel duration and power-of-two size bucket.
 -- @column kernel_id: Kernel id.
 -- @column rank: Rank.
@@ -16,7 +16,7 @@
 -- @column start_ns: Kernel start (ns).
 -- @column duration_ns: Kernel duration (ns).
 -- @column bucket_lo_bytes: Lower bound of the size bucket (bytes), NULL when the size is unknown.
-CREATE OR REPLACE MACRO _comm_sized() AS TABLE
+CREATE OR REPLACE MACRO _messages_comm_sized() AS TABLE
 SELECT o.kernel_id, o.rank, o.collective, o.msg_bytes, o.group_size,
        coalesce(o.group_source = 'assumed_world_size', false) AS group_size_assumed, o.peer_rank, k.start_ns,
        greatest(k.end_ns - k.start_ns, 0) AS duration_ns,
@@ -41,7 +41,7 @@ CREATE OR REPLACE MACRO msg_size_histogram() AS TABLE
 WITH b AS (
   SELECT collective, bucket_lo_bytes, count(*) AS ops, count(DISTINCT rank) AS ranks,
          sum(msg_bytes) AS total_bytes, sum(duration_ns) AS total_ns
-  FROM _comm_sized() GROUP BY collective, bucket_lo_bytes
+  FROM _messages_comm_sized() GROUP BY collective, bucket_lo_bytes
 )
 SELECT collective, bucket_lo_bytes,
        CASE WHEN bucket_lo_bytes = 0 THEN 1 ELSE bucket_lo_bytes * 2 END AS bucket_hi_bytes,
@@ -60,7 +60,7 @@ ORDER BY collective, bucket_lo_bytes NULLS LAST;
 -- @column collective: Canonical collective.
 -- @column msg_bytes: Size S (bytes).
 -- @column group_size: Ranks in the communicator, when known.
--- @column group_size_assumed: True when group_size (and so busbw) rests on an assumed world size (see _comm_sized).
+-- @column group_size_assumed: True when group_size (and so busbw) rests on an assumed world size (see _messages_comm_sized).
 -- @column start_ns: Kernel start (ns).
 -- @column duration_ns: Kernel duration (ns).
 -- @column algbw_gbps: msg_bytes / duration (GB/s, 1e9 B/s); NULL for zero duration.
@@ -72,7 +72,7 @@ SELECT kernel_id, rank, collective, msg_bytes, group_size, group_size_assumed, s
        busbw_factor(collective, group_size)::DOUBLE AS busbw_factor,
        (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns * busbw_factor(collective, group_size) END)::DOUBLE
          AS busbw_gbps
-FROM _comm_sized() WHERE msg_bytes IS NOT NULL
+FROM _messages_comm_sized() WHERE msg_bytes IS NOT NULL
 ORDER BY rank, start_ns, kernel_id;
 
 -- @macro collective_bandwidth
@@ -99,6 +99,6 @@ SELECT c.collective, c.group_size, c.group_size_assumed, s.bucket_lo_bytes,
        (sum(c.msg_bytes) / nullif(sum(c.duration_ns), 0))::DOUBLE AS algbw_gbps,
        (sum(c.msg_bytes) / nullif(sum(c.duration_ns), 0) * any_value(c.busbw_factor))::DOUBLE AS busbw_gbps,
        median(c.busbw_gbps)::DOUBLE AS median_busbw_gbps, max(c.busbw_gbps)::DOUBLE AS max_busbw_gbps
-FROM collective_bandwidth_by_op() c JOIN _comm_sized() s USING (kernel_id)
+FROM collective_bandwidth_by_op() c JOIN _messages_comm_sized() s USING (kernel_id)
 GROUP BY c.collective, c.group_size, c.group_size_assumed, s.bucket_lo_bytes
 ORDER BY c.collective, c.group_size NULLS LAST, c.group_size_assumed, s.bucket_lo_bytes;

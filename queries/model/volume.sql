@@ -8,18 +8,18 @@
 -- step on the groups of one kind (parallel_layout), then averaged over the job's traced ranks (in a layout of
 -- complete dimensions every rank is in one group of each kind; a rank without such traffic counts as 0).
 -- Point-to-point operations count as pipeline traffic when the pipeline degree is above 1, unless their group is a
--- TP, DP, EP or CP group. An operation belongs to the step whose window (_steps: the k-th iteration range of every
+-- TP, DP, EP or CP group. An operation belongs to the step whose window (_overlap_steps: the k-th iteration range of every
 -- rank is step k) holds its launch (the CUDA API call, else the kernel start); a job without steps is one step;
 -- operations outside every step of a job with steps are left out.
 
 -- @macro _model_op_steps
--- Step window of every communication operation: the ordinal of the step (_steps) of its rank whose CPU range holds
+-- Step window of every communication operation: the ordinal of the step (_overlap_steps) of its rank whose CPU range holds
 -- the operation's launch call (api_calls, same rank and correlation id), or its kernel start when no launch call
 -- is known; 1 for every operation when the job has no steps; NULL outside every step of a job with steps.
 -- @column kernel_id: Communication kernel (comm_ops.kernel_id).
 -- @column step_ord: Step ordinal, 1 without steps, NULL outside steps.
 CREATE OR REPLACE MACRO _model_op_steps() AS TABLE
-WITH st AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _steps()),
+WITH st AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _overlap_steps()),
 has AS (SELECT count(*) > 0 AS on_ FROM st),
 launch AS (
   SELECT rank, correlation_id, min(start_ns) AS l_ns FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY ALL
@@ -70,7 +70,7 @@ FROM k ASOF LEFT JOIN st s ON k.rank = s.rank AND k.t >= s.step_start_ns;
 -- @param pp_split: True when pipeline sends are split across the TP ranks (Megatron-LM default); NULL: true.
 -- @param match_lo: Lowest ratio measured / predicted that is a 'match'.
 -- @param match_hi: Highest ratio measured / predicted that is a 'match'.
--- @column step_ord: Step (the k-th iteration range of every rank, _steps); 1 when the job has no steps.
+-- @column step_ord: Step (the k-th iteration range of every rank, _overlap_steps); 1 when the job has no steps.
 -- @column step_no: N of the step's name ('ProfilerStep#N'), the smallest over ranks; NULL without steps.
 -- @column kind: Group kind ('tp', 'dp', 'pp', 'ep', 'cp', 'world', 'unknown'; parallel_layout).
 -- @column collective: Canonical collective ('send' and 'recv' for pipeline traffic).
@@ -136,8 +136,8 @@ ops AS (  -- every operation with its step and kind, send_recv split into what i
 ), traced AS (SELECT rank FROM ranks),
 n_traced AS (SELECT count(*) AS n FROM traced),
 steps AS (
-  SELECT DISTINCT s.step_ord, (SELECT min(step_no) FROM _steps() t WHERE t.step_ord = s.step_ord) AS step_no
-  FROM (SELECT step_ord FROM _steps() UNION SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM _steps())) s
+  SELECT DISTINCT s.step_ord, (SELECT min(step_no) FROM _overlap_steps() t WHERE t.step_ord = s.step_ord) AS step_no
+  FROM (SELECT step_ord FROM _overlap_steps() UNION SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM _overlap_steps())) s
 ), zero_inf AS (  -- ZeRO stage from the DP groups' traffic over the whole trace
   SELECT CASE WHEN sum(op_bytes) FILTER (WHERE collective IN ('all_gather', 'reduce_scatter')) IS NULL
                    AND count(*) FILTER (WHERE collective = 'all_reduce') > 0 THEN 0

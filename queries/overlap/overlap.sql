@@ -5,22 +5,22 @@
 -- (copies and memsets are neither computation nor communication). Unions merge a class's intervals first, so
 -- concurrent kernels are never double counted.
 
--- @macro _gemm_one
--- _comm_kernel_overlap's packed delta for one gemm interval: the gemm counter sits in the high 32 bits, the
+-- @macro _overlap_gemm_one
+-- _overlap_comm_kernel_overlap's packed delta for one gemm interval: the gemm counter sits in the high 32 bits, the
 -- computation counter (every computation class, gemm included) in the low 32 bits.
-CREATE OR REPLACE MACRO _gemm_one() AS (CAST(1 AS BIGINT) << 32);
+CREATE OR REPLACE MACRO _overlap_gemm_one() AS (CAST(1 AS BIGINT) << 32);
 
--- @macro _computation_open
--- True when the packed counters c of _comm_kernel_overlap have an open computation interval (low 32 bits).
+-- @macro _overlap_computation_open
+-- True when the packed counters c of _overlap_comm_kernel_overlap have an open computation interval (low 32 bits).
 -- @param c: Packed counters (BIGINT).
-CREATE OR REPLACE MACRO _computation_open(c) AS (c & (_gemm_one() - 1)) > 0;
+CREATE OR REPLACE MACRO _overlap_computation_open(c) AS (c & (_overlap_gemm_one() - 1)) > 0;
 
--- @macro _gemm_open
--- True when the packed counters c of _comm_kernel_overlap have an open gemm interval (high bits).
+-- @macro _overlap_gemm_open
+-- True when the packed counters c of _overlap_comm_kernel_overlap have an open gemm interval (high bits).
 -- @param c: Packed counters (BIGINT).
-CREATE OR REPLACE MACRO _gemm_open(c) AS (c >> 32) > 0;
+CREATE OR REPLACE MACRO _overlap_gemm_open(c) AS (c >> 32) > 0;
 
--- @view _comm_kernel_overlap
+-- @view _overlap_comm_kernel_overlap
 -- Per communication kernel: the union length of computation (gemm, convolution, attention, compute) and of gemm kernels on the
 -- same rank within [start_ns, end_ns) (ns, may be negative for empty kernels: comm_kernels clips). One sorted sweep
 -- per rank, no range join: computation kernels give +/- events, each communication kernel's start and end are
@@ -30,14 +30,14 @@ CREATE OR REPLACE MACRO _gemm_open(c) AS (c >> 32) > 0;
 -- @column kernel_id: Communication kernel id.
 -- @column comp_ns: Part of the kernel covered by computation (ns).
 -- @column gemm_ns: Part of the kernel covered by gemm kernels (ns).
-CREATE OR REPLACE VIEW _comm_kernel_overlap AS
+CREATE OR REPLACE VIEW _overlap_comm_kernel_overlap AS
 WITH ev AS (
   -- computation kernels as +/- events; delta packs two counters: computation (low 32 bits), gemm (high bits)
-  SELECT rank, start_ns AS ts, CASE WHEN kernel_class = 'gemm' THEN _gemm_one() + 1 ELSE 1 END AS delta,
+  SELECT rank, start_ns AS ts, CASE WHEN kernel_class = 'gemm' THEN _overlap_gemm_one() + 1 ELSE 1 END AS delta,
          NULL::BIGINT AS probe_id, 0 AS side
   FROM kernels WHERE is_computation_class(kernel_class) AND end_ns > start_ns
   UNION ALL
-  SELECT rank, end_ns, CASE WHEN kernel_class = 'gemm' THEN -(_gemm_one() + 1) ELSE -1 END, NULL, 0
+  SELECT rank, end_ns, CASE WHEN kernel_class = 'gemm' THEN -(_overlap_gemm_one() + 1) ELSE -1 END, NULL, 0
   FROM kernels WHERE is_computation_class(kernel_class) AND end_ns > start_ns
   UNION ALL  -- probes: start (side -1) and end (side +1) of every communication kernel, delta 0
   SELECT rank, start_ns, 0, kernel_id, -1 FROM kernels WHERE kernel_class = 'communication'
@@ -51,9 +51,9 @@ WITH ev AS (
   FROM sorted_ev
 ), chg AS (
   SELECT rank, ts, probe_id, side,
-         _computation_open(c)::BIGINT AS comp_on, _gemm_open(c)::BIGINT AS gemm_on,
-         ts * (_computation_open(c - delta)::BIGINT - _computation_open(c)::BIGINT) AS comp_x,
-         ts * (_gemm_open(c - delta)::BIGINT - _gemm_open(c)::BIGINT) AS gemm_x
+         _overlap_computation_open(c)::BIGINT AS comp_on, _overlap_gemm_open(c)::BIGINT AS gemm_on,
+         ts * (_overlap_computation_open(c - delta)::BIGINT - _overlap_computation_open(c)::BIGINT) AS comp_x,
+         ts * (_overlap_gemm_open(c - delta)::BIGINT - _overlap_gemm_open(c)::BIGINT) AS gemm_x
   FROM cnt
 ), cov AS (
   -- covered(t) = union length before t = sum over earlier events of ts * (on before - on after) + t * (on now);
@@ -98,7 +98,7 @@ FROM cov WHERE probe_id IS NOT NULL GROUP BY probe_id;
 -- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
 -- @column exposed_ns: Part of the kernel with no computation running (ns).
 CREATE OR REPLACE MACRO comm_kernels() AS TABLE
-WITH p AS (SELECT * FROM _comm_kernel_overlap)
+WITH p AS (SELECT * FROM _overlap_comm_kernel_overlap)
 SELECT k.kernel_id, k.rank, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns,
        k.short_name, coalesce(o.collective, 'unknown') AS collective, o.msg_bytes, o.in_bytes, o.out_bytes, o.dtype,
        o.group_size, o.pg_name, o.peer_rank, o.seq, coalesce(o.n_ops, 1) AS n_ops,
@@ -117,7 +117,7 @@ ORDER BY k.rank, k.start_ns, k.kernel_id;
 -- compat 'hta': HolisticTraceAnalysis 0.5.0 get_comm_comp_overlap — kernel and mem_ops names classified by HTA's
 -- regexes, times as HTA reads them (float64 µs of the file's clock, start ceiled, end = floor(start + dur), so a
 -- sub-µs event can get a negative length, handled as HTA's interval merge does), the last ProfilerStep dropped when
--- the job has >= 2 step names (see _gpu_intervals), comm_overlap_pct = round(100 × overlap / comm, 2) half to even.
+-- the job has >= 2 step names (see _overlap_gpu_intervals), comm_overlap_pct = round(100 × overlap / comm, 2) half to even.
 -- In this mode comm_ns is HTA's merged communication total (negative lone intervals included; it can be <= 0),
 -- comm_overlap_pct is NULL where HTA divides by 0 (NaN/inf), and a rank that HTA empties (no ProfilerStep while
 -- others have them) has NULL. HTA's own result is not unique where a sub-µs communication interval and another
@@ -142,9 +142,9 @@ ORDER BY k.rank, k.start_ns, k.kernel_id;
 -- @column exposed_comm_ns: Communication time with no computation running: comm_ns − comm_overlapped_ns (ns).
 CREATE OR REPLACE MACRO overlap_by_rank(compat := 'none') AS TABLE
 WITH t AS (
-  SELECT * FROM _gpu_timeline WHERE compat = 'none'
+  SELECT * FROM _overlap_gpu_timeline WHERE compat = 'none'
   UNION ALL
-  SELECT * FROM _gpu_state_ns(compat := 'hta') WHERE compat = 'hta'
+  SELECT * FROM _overlap_gpu_state_ns(compat := 'hta') WHERE compat = 'hta'
 ), s AS (
   SELECT rank,
     max(first_ns) FILTER (WHERE state = -1) AS span_start_ns,
@@ -190,7 +190,7 @@ ORDER BY r.rank;
 -- @column time_ns: Time in the category (ns).
 -- @column span_pct: 100 × time_ns / the rank's GPU span.
 CREATE OR REPLACE MACRO time_breakdown_by_rank() AS TABLE
-WITH t AS (SELECT * FROM _gpu_timeline WHERE step_ord IS NULL),
+WITH t AS (SELECT * FROM _overlap_gpu_timeline WHERE step_ord IS NULL),
 c AS (
   SELECT rank, ((state & 6) <> 0) AS computation, ((state & 1) <> 0) AS communication, ((state & 8) <> 0) AS memory,
          sum(dur_ns) AS time_ns
@@ -215,7 +215,7 @@ ORDER BY a.rank, (computation OR communication OR memory) DESC,
 
 -- @macro overlap_by_step
 -- overlap_by_rank per iteration: one row per rank and ProfilerStep#N (Kineto) or NVTX iteration range
--- (see _steps); no rows when the trace has no steps. The step window is the range on the CPU timeline; GPU work
+-- (see _overlap_steps); no rows when the trace has no steps. The step window is the range on the CPU timeline; GPU work
 -- is clipped to it (work launched in a step that runs after its end counts in the next step or none).
 -- @column rank: Rank.
 -- @column step_ord: 1, 2, ... in start order on that rank.
@@ -240,7 +240,7 @@ WITH s AS (
     coalesce(sum(dur_ns) FILTER (WHERE (state & 1) <> 0), 0) AS comm_ns,
     coalesce(sum(dur_ns) FILTER (WHERE (state & 1) <> 0 AND (state & 6) <> 0), 0) AS comm_overlapped_ns,
     coalesce(sum(dur_ns) FILTER (WHERE (state & 1) <> 0 AND (state & 2) <> 0), 0) AS gemm_overlapped_ns
-  FROM _gpu_timeline WHERE step_ord IS NOT NULL AND state > 0 GROUP BY rank, step_ord
+  FROM _overlap_gpu_timeline WHERE step_ord IS NOT NULL AND state > 0 GROUP BY rank, step_ord
 )
 SELECT st.rank, st.step_ord, st.step_name, st.step_no, st.step_start_ns, st.step_end_ns,
        st.step_end_ns - st.step_start_ns AS step_ns,
@@ -251,5 +251,5 @@ SELECT st.rank, st.step_ord, st.step_name, st.step_no, st.step_start_ns, st.step
        CASE WHEN s.comm_ns > 0 THEN 100.0 * s.comm_overlapped_ns / s.comm_ns END::DOUBLE AS comm_overlap_pct,
        CAST(coalesce(s.gemm_overlapped_ns, 0) AS BIGINT) AS gemm_overlapped_ns,
        CAST(coalesce(s.comm_ns - s.comm_overlapped_ns, 0) AS BIGINT) AS exposed_comm_ns
-FROM _steps() st LEFT JOIN s USING (rank, step_ord)
+FROM _overlap_steps() st LEFT JOIN s USING (rank, step_ord)
 ORDER BY st.rank, st.step_ord;

@@ -12,7 +12,7 @@
 -- that share a timestamp does not matter). Steps are extra events: step ends sort first, step starts last at equal
 -- ts, and each event belongs to the last step started (running max of the step ordinal, same window).
 
--- @macro _steps
+-- @macro _overlap_steps
 -- Iteration ranges per rank: Kineto ProfilerStep#N user annotations (cpu_ranges kind 'user_annotation'), else
 -- NVTX ranges named like an iteration ('ProfilerStep#N', 'step N', 'iteration N', 'iter N', 'train_step N').
 -- Steps are assumed sequential on a rank; unfinished ranges are ignored.
@@ -23,7 +23,7 @@
 -- @column step_start_ns: Range start (ns, CPU timeline).
 -- @column step_end_ns: Range end (ns, CPU timeline).
 -- @column step_source: 'profiler_step' or 'nvtx'.
-CREATE OR REPLACE MACRO _steps() AS TABLE
+CREATE OR REPLACE MACRO _overlap_steps() AS TABLE
 WITH ps AS (
   SELECT rank, name, start_ns, end_ns, 'profiler_step' AS src FROM cpu_ranges
   WHERE kind = 'user_annotation' AND name LIKE 'ProfilerStep#%' AND end_ns IS NOT NULL
@@ -39,16 +39,16 @@ SELECT rank, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, nam
 FROM s
 ORDER BY rank, step_ord;
 
--- @macro _hta_us
+-- @macro _overlap_hta_us
 -- A time on a file's own clock (ns) as the float64 µs that Python's json gives for the file's number, as
 -- HolisticTraceAnalysis reads it: the correctly rounded double nearest to ns / 1000 (below 2^53 ns one division
 -- does it; above, whole µs are exact and the three decimals are added once, which rounds the same way).
 -- @param ns: Time on the file's clock (ns).
-CREATE OR REPLACE MACRO _hta_us(ns) AS
+CREATE OR REPLACE MACRO _overlap_hta_us(ns) AS
   CASE WHEN abs(ns) < 9007199254740992 THEN CAST(ns AS DOUBLE) / 1000.0
        ELSE CAST(ns // 1000 AS DOUBLE) + CAST(ns % 1000 AS DOUBLE) / 1000.0 END;
 
--- @macro _gpu_intervals
+-- @macro _overlap_gpu_intervals
 -- GPU intervals per rank with their class bit, in the requested compatibility mode.
 -- compat 'none': exact ns, classes as described in this file's header.
 -- compat 'hta': HolisticTraceAnalysis 0.5.0 semantics (hta/common/trace_parser.py round_down_time_stamps,
@@ -56,7 +56,7 @@ CREATE OR REPLACE MACRO _hta_us(ns) AS
 --   classes by kernel/mem_ops name (re.match): COMM '^nccl.*Kernel'; MEMORY '^(Memcpy|Memset|dma)' and OTHER
 --   '(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)' both counted as memory here; everything else COMP, split into
 --   gemm / compute by kernel_class;
---   times in float64 µs on the file's own clock (_hta_us): start = ceil(ts), end = floor(ts + dur), so a sub-µs
+--   times in float64 µs on the file's own clock (_overlap_hta_us): start = ceil(ts), end = floor(ts + dur), so a sub-µs
 --   event can end before it starts;
 --   when the job has >= 2 distinct names containing 'ProfilerStep' (all ranks together), GPU work is kept only
 --   when its correlation id matches a runtime/driver call of its rank starting (ceil µs) before the rank's last
@@ -72,13 +72,13 @@ CREATE OR REPLACE MACRO _hta_us(ns) AS
 -- @column tie_id: 'hta' mode: kernel_id (memop_id for mem_ops), the file order that breaks ties in start order;
 -- NULL in 'none' mode.
 -- @column mult: 'hta' mode: copies HTA keeps (matching runtime calls when steps are filtered, else 1); 1 in 'none' mode.
-CREATE OR REPLACE MACRO _gpu_intervals(compat := 'none') AS TABLE
+CREATE OR REPLACE MACRO _overlap_gpu_intervals(compat := 'none') AS TABLE
 WITH raw AS (
   SELECT rank, file_id, start_ns, end_ns, name, kernel_class, correlation_id, kernel_id AS tie_id FROM kernels
   UNION ALL
   SELECT rank, file_id, start_ns, end_ns, name, 'memory', correlation_id, memop_id FROM mem_ops
 ), step_ranges AS (
-  SELECT c.rank, c.name, ceil(_hta_us(c.start_ns - coalesce(f.clock_offset_ns, 0))) AS start_us
+  SELECT c.rank, c.name, ceil(_overlap_hta_us(c.start_ns - coalesce(f.clock_offset_ns, 0))) AS start_us
   FROM cpu_ranges c LEFT JOIN files f USING (file_id)
   WHERE c.name LIKE '%ProfilerStep%' AND c.end_ns IS NOT NULL AND compat = 'hta'
 ), filtering AS (
@@ -88,12 +88,12 @@ WITH raw AS (
 ), kept_corr AS (
   SELECT a.rank, a.correlation_id, count(*) AS mult
   FROM api_calls a JOIN last_step l USING (rank) LEFT JOIN files f ON f.file_id = a.file_id
-  WHERE a.correlation_id IS NOT NULL AND ceil(_hta_us(a.start_ns - coalesce(f.clock_offset_ns, 0))) < l.last_us
+  WHERE a.correlation_id IS NOT NULL AND ceil(_overlap_hta_us(a.start_ns - coalesce(f.clock_offset_ns, 0))) < l.last_us
   GROUP BY a.rank, a.correlation_id
 ), hta AS (
   SELECT r.rank, r.tie_id, coalesce(f.clock_offset_ns, 0) AS off,
-         _hta_us(r.start_ns - coalesce(f.clock_offset_ns, 0)) AS ts_us,
-         _hta_us(r.end_ns - r.start_ns) AS dur_us,
+         _overlap_hta_us(r.start_ns - coalesce(f.clock_offset_ns, 0)) AS ts_us,
+         _overlap_hta_us(r.end_ns - r.start_ns) AS dur_us,
          CASE WHEN regexp_matches(r.name, '^nccl.*Kernel') THEN 0
               WHEN regexp_matches(r.name, '^(Memcpy|Memset|dma)')
                 OR regexp_matches(r.name, '^((nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync))') THEN 3
@@ -104,7 +104,7 @@ WITH raw AS (
   LEFT JOIN last_step l ON l.rank = r.rank AND r.correlation_id IS NULL
   WHERE compat = 'hta' AND (NOT (SELECT on_ FROM filtering) OR k.mult IS NOT NULL
         -- without a correlation id HTA files GPU work among the CPU events: kept when it starts before the cut
-        OR ceil(_hta_us(r.start_ns - coalesce(f.clock_offset_ns, 0))) < l.last_us)
+        OR ceil(_overlap_hta_us(r.start_ns - coalesce(f.clock_offset_ns, 0))) < l.last_us)
 )
 SELECT rank, start_ns, end_ns,
        CASE kernel_class WHEN 'communication' THEN 0 WHEN 'gemm' THEN 1 WHEN 'memory' THEN 3 ELSE 2 END AS cls,
@@ -115,39 +115,39 @@ SELECT rank, off + CAST(ceil(ts_us) AS BIGINT) * 1000, off + CAST(floor(ts_us + 
        tie_id, mult
 FROM hta;
 
--- @macro _class_counter_bits
+-- @macro _overlap_class_counter_bits
 -- Width of one class's open-interval counter in the packed sweep sum: 12 bits, so up to 4095 concurrently open
 -- intervals of one class per rank; four classes (cls 0..3) fill bits 0-47 and the step counter sits above them.
-CREATE OR REPLACE MACRO _class_counter_bits() AS 12;
+CREATE OR REPLACE MACRO _overlap_class_counter_bits() AS 12;
 
--- @macro _class_one
+-- @macro _overlap_class_one
 -- The packed delta that opens one interval of class cls (0 communication, 1 gemm, 2 compute, 3 memory).
 -- @param cls: Class index.
-CREATE OR REPLACE MACRO _class_one(cls) AS (CAST(1 AS BIGINT) << (_class_counter_bits() * cls));
+CREATE OR REPLACE MACRO _overlap_class_one(cls) AS (CAST(1 AS BIGINT) << (_overlap_class_counter_bits() * cls));
 
--- @macro _step_one
+-- @macro _overlap_step_one
 -- The packed delta that opens a step window (the counter above the four class counters).
-CREATE OR REPLACE MACRO _step_one() AS (CAST(1 AS BIGINT) << (4 * _class_counter_bits()));
+CREATE OR REPLACE MACRO _overlap_step_one() AS (CAST(1 AS BIGINT) << (4 * _overlap_class_counter_bits()));
 
--- @macro _class_open
+-- @macro _overlap_class_open
 -- True when class cls has an open interval in the packed counter sum c.
 -- @param c: Packed counters (BIGINT).
 -- @param cls: Class index.
-CREATE OR REPLACE MACRO _class_open(c, cls) AS
-  ((c >> (_class_counter_bits() * cls)) & ((CAST(1 AS BIGINT) << _class_counter_bits()) - 1)) > 0;
+CREATE OR REPLACE MACRO _overlap_class_open(c, cls) AS
+  ((c >> (_overlap_class_counter_bits() * cls)) & ((CAST(1 AS BIGINT) << _overlap_class_counter_bits()) - 1)) > 0;
 
--- @macro _state_bits
+-- @macro _overlap_state_bits
 -- Decodes a packed class-counter sum into the state bit set: 1 communication, 2 gemm, 4 compute, 8 memory,
 -- 16 inside a step (a bit is set when its counter is > 0).
 -- @param c: Packed counters (BIGINT).
-CREATE OR REPLACE MACRO _state_bits(c) AS
-  (CASE WHEN _class_open(c, 0) THEN 1 ELSE 0 END)
-  + (CASE WHEN _class_open(c, 1) THEN 2 ELSE 0 END)
-  + (CASE WHEN _class_open(c, 2) THEN 4 ELSE 0 END)
-  + (CASE WHEN _class_open(c, 3) THEN 8 ELSE 0 END)
-  + (CASE WHEN c >= _step_one() THEN 16 ELSE 0 END);
+CREATE OR REPLACE MACRO _overlap_state_bits(c) AS
+  (CASE WHEN _overlap_class_open(c, 0) THEN 1 ELSE 0 END)
+  + (CASE WHEN _overlap_class_open(c, 1) THEN 2 ELSE 0 END)
+  + (CASE WHEN _overlap_class_open(c, 2) THEN 4 ELSE 0 END)
+  + (CASE WHEN _overlap_class_open(c, 3) THEN 8 ELSE 0 END)
+  + (CASE WHEN c >= _overlap_step_one() THEN 16 ELSE 0 END);
 
--- @macro _gpu_state_ns
+-- @macro _overlap_gpu_state_ns
 -- The sweep itself: time per rank (and per step) in each combination of running classes.
 -- state bits: 1 communication, 2 gemm, 4 compute, 8 memory. Rows with step_ord NULL cover the whole rank;
 -- rows with step_ord cover that step's window. One extra row per rank (state -1) carries the GPU span
@@ -160,26 +160,26 @@ CREATE OR REPLACE MACRO _state_bits(c) AS
 -- merged communication total (by its negative length), and a lone negative computation group changes nothing.
 -- Earlier = smaller start, ties in tie_id (file) order, as a stable sort gives; pandas' sort is not stable, so
 -- for ties HTA itself may take either order once a class has more than ~256 intervals.
--- @param compat: 'none' or 'hta' (see _gpu_intervals).
+-- @param compat: 'none' or 'hta' (see _overlap_gpu_intervals).
 -- @column compat: Mode used.
 -- @column rank: Rank.
--- @column step_ord: Step ordinal (_steps), or NULL for the whole rank.
+-- @column step_ord: Step ordinal (_overlap_steps), or NULL for the whole rank.
 -- @column state: Bit set of running classes (1 comm, 2 gemm, 4 compute, 8 memory), or -1 for the span row.
 -- @column dur_ns: Time in that state (ns); for the span row, HTA's negative communication adjustment (ns, <= 0).
 -- @column first_ns: Span row: first interval start (ns); else NULL.
 -- @column last_ns: Span row: last interval end (ns); else NULL.
-CREATE OR REPLACE MACRO _gpu_state_ns(compat := 'none') AS TABLE
+CREATE OR REPLACE MACRO _overlap_gpu_state_ns(compat := 'none') AS TABLE
 WITH iv AS (
-  SELECT rank, start_ns, end_ns, cls, tie_id, mult FROM _gpu_intervals(compat := compat)
+  SELECT rank, start_ns, end_ns, cls, tie_id, mult FROM _overlap_gpu_intervals(compat := compat)
 ), ev AS (
-  SELECT rank, start_ns AS ts, 2 AS ord, _class_one(cls) AS delta, NULL::BIGINT AS step_ord
+  SELECT rank, start_ns AS ts, 2 AS ord, _overlap_class_one(cls) AS delta, NULL::BIGINT AS step_ord
   FROM iv WHERE end_ns >= start_ns
   UNION ALL
-  SELECT rank, end_ns, 2, -_class_one(cls), NULL FROM iv WHERE end_ns >= start_ns
+  SELECT rank, end_ns, 2, -_overlap_class_one(cls), NULL FROM iv WHERE end_ns >= start_ns
   UNION ALL
-  SELECT rank, step_start_ns, 3, _step_one(), step_ord FROM _steps() WHERE compat = 'none'
+  SELECT rank, step_start_ns, 3, _overlap_step_one(), step_ord FROM _overlap_steps() WHERE compat = 'none'
   UNION ALL
-  SELECT rank, step_end_ns, 0, -_step_one(), NULL FROM _steps() WHERE compat = 'none'
+  SELECT rank, step_end_ns, 0, -_overlap_step_one(), NULL FROM _overlap_steps() WHERE compat = 'none'
 ), sw AS (
   SELECT rank, ts, ord, delta,
          sum(delta) OVER w AS cum,
@@ -188,8 +188,8 @@ WITH iv AS (
   WINDOW w AS (PARTITION BY rank ORDER BY ts, ord ROWS UNBOUNDED PRECEDING)
 ), bits AS (
   SELECT rank, ts, ord, cur_step,
-         _state_bits(cum - delta) AS sb,
-         _state_bits(cum) AS sa
+         _overlap_state_bits(cum - delta) AS sb,
+         _overlap_state_bits(cum) AS sa
   FROM sw
 ), agg AS (
   SELECT rank, cur_step, sb, sa, sum(ts) AS ts_sum,
@@ -222,8 +222,8 @@ SELECT compat, coalesce(span.rank, neg.rank), NULL, -1, CAST(coalesce(neg.neg_ns
 FROM span FULL JOIN neg ON neg.rank = span.rank
 ORDER BY rank, step_ord NULLS FIRST, state;
 
--- @view _gpu_timeline
--- _gpu_state_ns in default mode. The public overlap objects read it, so a caller that runs several of them can
+-- @view _overlap_gpu_timeline
+-- _overlap_gpu_state_ns in default mode. The public overlap objects read it, so a caller that runs several of them can
 -- materialize it once (nsys2comm.analysis.materialize replaces it by a TEMP view over a snapshot table).
 -- @column compat: 'none'.
 -- @column rank: Rank.
@@ -232,4 +232,4 @@ ORDER BY rank, step_ord NULLS FIRST, state;
 -- @column dur_ns: Time in that state (ns).
 -- @column first_ns: Span row: first start (ns).
 -- @column last_ns: Span row: last end (ns).
-CREATE OR REPLACE VIEW _gpu_timeline AS SELECT * FROM _gpu_state_ns(compat := 'none');
+CREATE OR REPLACE VIEW _overlap_gpu_timeline AS SELECT * FROM _overlap_gpu_state_ns(compat := 'none');

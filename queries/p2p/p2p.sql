@@ -23,7 +23,7 @@ SELECT collective, bucket_lo_bytes, CASE WHEN bucket_lo_bytes = 0 THEN 1 ELSE bu
        min(duration_ns) AS min_ns, quantile_disc(duration_ns, 0.5) AS p50_ns,
        quantile_disc(duration_ns, 0.9) AS p90_ns, quantile_disc(duration_ns, 0.99) AS p99_ns, max(duration_ns) AS max_ns,
        (sum(msg_bytes) / nullif(sum(duration_ns), 0))::DOUBLE AS effective_gbps
-FROM _comm_sized()
+FROM _messages_comm_sized()
 WHERE collective IN ('send', 'recv', 'send_recv') AND msg_bytes IS NOT NULL
 GROUP BY collective, bucket_lo_bytes
 ORDER BY collective, bucket_lo_bytes;

@@ -1,13 +1,13 @@
 -- @include prelude/schema.sql
 -- Classification helpers shared by the importers and the analyses. Scalar macros, no data.
 
--- @macro _kernel_name_spellings
+-- @macro _prelude_kernel_name_spellings
 -- Step 1 of kernel_short_name: one spelling for what nsys and c++filt print differently, and placeholders for
 -- brackets that belong to a name rather than open a group: '<unnamed>' and '(anonymous namespace)' -> '@ANON@',
 -- nsys '[lambda(int) (instance 1)]' -> '[lambda(int)#1]', 'operator()' and 'operator ()' -> 'operator@CALL@',
 -- '->' -> '@ARROW@'.
 -- @param name: Full kernel name.
-CREATE OR REPLACE MACRO _kernel_name_spellings(name) AS
+CREATE OR REPLACE MACRO _prelude_kernel_name_spellings(name) AS
   -- plain replace() where the text is literal: names can be kilobytes long, and this runs on every distinct name
   replace(replace(replace(replace(
     CASE WHEN contains(name, '(instance ') THEN regexp_replace(name, ' \(instance (\d+)\)\]', '#\1]', 'g')
@@ -15,36 +15,36 @@ CREATE OR REPLACE MACRO _kernel_name_spellings(name) AS
     '(anonymous namespace)', '@ANON@'), '<unnamed>', '@ANON@'),
     'operator ()', 'operator@CALL@'), 'operator()', 'operator@CALL@').replace('->', '@ARROW@');
 
--- @macro _kernel_name_top_level
+-- @macro _prelude_kernel_name_top_level
 -- Step 2 of kernel_short_name: what is left outside every bracket. Parenthesised groups go first, innermost
 -- first (c++filt and nsys write comparisons in template arguments inside parentheses, '(((8)>(0)))', so once
 -- they are gone every '<' and '>' is a template bracket), then template argument lists the same way. 16 passes
 -- each exceed any real nesting depth; an unbalanced (truncated) name is cut at its first remaining '<' or '('.
--- @param s: Output of _kernel_name_spellings.
-CREATE OR REPLACE MACRO _kernel_name_top_level(s) AS
+-- @param s: Output of _prelude_kernel_name_spellings.
+CREATE OR REPLACE MACRO _prelude_kernel_name_top_level(s) AS
   regexp_replace(regexp_replace(
     list_reduce(range(16), lambda acc, i: CASE WHEN contains(acc, '<') THEN regexp_replace(acc, '<[^<>]*>', '', 'g') ELSE acc END,
       list_reduce(range(16), lambda acc, i: CASE WHEN contains(acc, '(') THEN regexp_replace(acc, '\([^()]*\)', '', 'g') ELSE acc END, s)),
     '[<(].*$', ''), '[>)]', '', 'g');
 
--- @macro _kernel_name_last_word
+-- @macro _prelude_kernel_name_last_word
 -- Step 3 of kernel_short_name: the qualified name is the last top-level word; the words before it are the
 -- return type ('void', or 'std::enable_if::type' once its arguments are gone). Lambdas become '{lambda#N}' and
 -- the cv-qualifier of a member call ('operator()() const') is dropped first, so neither splits the name.
--- @param s: Output of _kernel_name_top_level.
-CREATE OR REPLACE MACRO _kernel_name_last_word(s) AS
+-- @param s: Output of _prelude_kernel_name_top_level.
+CREATE OR REPLACE MACRO _prelude_kernel_name_last_word(s) AS
   regexp_extract(regexp_replace(regexp_replace(s,
     '[\[{]lambda\s*#(\d+)[\]}]', '{lambda#\1}', 'g'),
     '\s+(const|volatile)\b', '', 'g'),
     '(\S+)\s*$', 1);
 
--- @macro _kernel_name_mangled
+-- @macro _prelude_kernel_name_mangled
 -- Base name of an Itanium-mangled name (Kineto keeps a name mangled when demangling fails, e.g. very long
 -- CUTLASS names): the length-prefixed components of its nested name joined by '::', up to the template
 -- arguments or parameters ('_ZN19cutlass_cudnn_train6KernelINS_...' -> 'cutlass_cudnn_train::Kernel').
 -- 'St' is 'std::', '_GLOBAL__N_1' the anonymous namespace. Empty when no component can be read.
 -- @param name: Full kernel name starting with '_Z'.
-CREATE OR REPLACE MACRO _kernel_name_mangled(name) AS
+CREATE OR REPLACE MACRO _prelude_kernel_name_mangled(name) AS
   replace(regexp_replace(split_part(list_reduce(range(16), lambda acc, i:
       CASE WHEN regexp_matches(split_part(acc, '|', 2), '^[0-9]+') THEN
         split_part(acc, '|', 1) || '::'
@@ -64,17 +64,17 @@ CREATE OR REPLACE MACRO _kernel_name_mangled(name) AS
 -- as '{lambda#N}' and 'operator()' as is. Examples: 'void at::native::<unnamed>::CatArrayBatchedCopy<...>(...)'
 -- -> 'at::native::(anonymous namespace)::CatArrayBatchedCopy'; 'std::enable_if<...>::type
 -- vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(...)' -> 'vllm::fused_add_rms_norm_kernel'. Mangled names
--- ('_Z...') give their nested name (_kernel_name_mangled); CUPTI memory descriptions ('Memcpy HtoD (...)',
+-- ('_Z...') give their nested name (_prelude_kernel_name_mangled); CUPTI memory descriptions ('Memcpy HtoD (...)',
 -- 'Memset (Device)') are kept whole. Never empty and never ends in '::': the trimmed name is the last resort.
 -- @param name: Full kernel name.
 CREATE OR REPLACE MACRO kernel_short_name(name) AS
   coalesce(nullif(regexp_replace(regexp_replace(
     CASE
-      WHEN starts_with(name, '_Z') THEN _kernel_name_mangled(name)
+      WHEN starts_with(name, '_Z') THEN _prelude_kernel_name_mangled(name)
       WHEN NOT (contains(name, '<') OR contains(name, '(') OR contains(name, ' ')) THEN name
       WHEN regexp_matches(name, '^\s*(Memcpy|Memset)\b') THEN trim(name)
       ELSE replace(replace(replace(
-             _kernel_name_last_word(_kernel_name_top_level(_kernel_name_spellings(name))),
+             _prelude_kernel_name_last_word(_prelude_kernel_name_top_level(_prelude_kernel_name_spellings(name))),
              '@ANON@', '(anonymous namespace)'), '@CALL@', '()'), '@ARROW@', '->')
     END, '^:+|:+$', '', 'g'), '\s+', ' ', 'g'), ''),
     nullif(trim(name), ''), 'unknown');
@@ -93,20 +93,20 @@ CREATE OR REPLACE MACRO is_comm_kernel_name(name) AS
     '^(nccl|rccl)|multimem_|one_shot_all_reduce|two_shot_all_reduce|symm_mem|cross_device_reduce|custom_all_reduce|allreduce_fusion|deep_ep::|nvshmem',
     'i');
 
--- @macro _kernel_class_subject
+-- @macro _prelude_kernel_class_subject
 -- The text kernel_class reads: the base name, except for launch wrappers whose base name says nothing
 -- ('cutlass::Kernel', 'cutlass::device_kernel', 'ck_tile::kentry', also when mangled): there the wrapped
 -- kernel, i.e. the full name, carries the evidence. Reading the base name elsewhere keeps words in template
 -- arguments (a GEMM traits type passed to a row-gather kernel) from deciding the class.
 -- @param name: Full kernel name.
-CREATE OR REPLACE MACRO _kernel_class_subject(name) AS
+CREATE OR REPLACE MACRO _prelude_kernel_class_subject(name) AS
   -- the one-element list binds the base name once (a macro argument used twice is computed twice)
   list_transform([kernel_short_name(name)], lambda b:
     CASE WHEN regexp_matches(b, '(^|::)(Kernel[0-9]*|device_kernel|kentry)$') THEN name ELSE b END)[1];
 
 -- @macro kernel_class
 -- Class of a kernel by name; the first matching rule wins (tested row by row against
--- fixtures/kernel_names/corpus.csv). Rules 2-7 read _kernel_class_subject (the base name, or the full name of a
+-- fixtures/kernel_names/corpus.csv). Rules 2-7 read _prelude_kernel_class_subject (the base name, or the full name of a
 -- launch wrapper such as 'cutlass::Kernel<...>'), case-insensitive unless said otherwise:
 --   1. 'communication': is_comm_kernel_name;
 --   2. 'memory': CUPTI copy/set descriptions ('Memcpy ...', 'Memset ...'), 'memcpy*'/'memset*' kernels (CUDA
@@ -130,7 +130,7 @@ CREATE OR REPLACE MACRO _kernel_class_subject(name) AS
 CREATE OR REPLACE MACRO kernel_class(name) AS
   CASE
     WHEN is_comm_kernel_name(name) THEN 'communication'
-    ELSE list_transform([_kernel_class_subject(name)], lambda s: CASE
+    ELSE list_transform([_prelude_kernel_class_subject(name)], lambda s: CASE
       WHEN regexp_matches(s, '^\s*(Memcpy|Memset|memcpy|memset)|^(hip|cuda)Mem(cpy|set)|__amd_rocclr_(copy|fill)') THEN 'memory'
       WHEN regexp_matches(s, '^triton_(poi|red|per)_|reshape_and_cache|concat_and_cache', 'i') THEN 'compute'
       WHEN regexp_matches(s, 'conv([^e]|$)|convolve|fprop|dgrad|wgrad|winograd|scudnn|implicit_?gemm|igemm_(fwd|bwd|wrw)',

@@ -3,7 +3,7 @@
 
 -- @macro step_timeline
 -- GPU activity of one training step as at most `max_segments` segments per rank and lane, for drawing a
--- timeline whose size does not grow with the trace. The step is an iteration range as _steps defines it
+-- timeline whose size does not grow with the trace. The step is an iteration range as _overlap_steps defines it
 -- ('ProfilerStep#N' in Kineto, else NVTX 'step N', 'iteration N', ...); its window runs from the earliest start to
 -- the latest end of that step's ranges over all ranks. Without step ranges the window is the whole trace ('whole trace').
 -- Lanes: 'communication' (communication kernels), 'compute' (gemm, convolution, attention and compute kernels) and
@@ -29,8 +29,8 @@
 -- @column longest_op_name: Base name of the longest operation in the segment (untrusted trace text).
 -- @column longest_op_full_name: Full name of that operation, as the trace wrote it (untrusted trace text).
 CREATE OR REPLACE MACRO step_timeline(pick_step := NULL, max_segments := 200, max_ranks := 16) AS TABLE
-WITH step_ranges AS (  -- the one definition of an iteration range: _steps (overlap/timeline.sql)
-  SELECT rank, step_start_ns AS start_ns, step_end_ns AS end_ns, step_no FROM _steps() WHERE step_no IS NOT NULL
+WITH step_ranges AS (  -- the one definition of an iteration range: _overlap_steps (overlap/timeline.sql)
+  SELECT rank, step_start_ns AS start_ns, step_end_ns AS end_ns, step_no FROM _overlap_steps() WHERE step_no IS NOT NULL
 ),
 step_list AS (
   SELECT step_no, row_number() OVER (ORDER BY step_no) AS rn, count(*) OVER () AS n_steps

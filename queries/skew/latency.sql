@@ -5,12 +5,12 @@
 -- median transfer), the slope 1/β is the median of the slopes between every two points (never pairs of raw
 -- operations), α the median over instances of transfer − slope × size. n½ = α·β, the size whose transfer time is
 -- half latency. An operation smaller than n½ is latency-bound. Where no fit is possible the rule for "small" is the
--- fixed fallback _small_fallback_bytes(), and the columns say so.
+-- fixed fallback _skew_small_fallback_bytes(), and the columns say so.
 
--- @macro _small_fallback_bytes
+-- @macro _skew_small_fallback_bytes
 -- Largest-but-one size counted as latency-bound when no α-β fit exists: 64 KiB (a common rule of thumb, labelled
 -- 'fallback_64KiB' wherever used).
-CREATE OR REPLACE MACRO _small_fallback_bytes() AS 65536;
+CREATE OR REPLACE MACRO _skew_small_fallback_bytes() AS 65536;
 
 -- @macro comm_transfer
 -- One row per matched communication instance, collectives and point-to-point: its transfer time apart from waiting
@@ -37,7 +37,7 @@ CREATE OR REPLACE MACRO comm_transfer() AS TABLE
 SELECT instance_key, match_rule, kind, collective, group_size, pg_name, seq, msg_bytes, src_rank, dst_rank,
        ranks_seen, first_start_ns, last_start_ns, transfer_ns, transfer_source, last_start_ns - first_start_ns AS max_wait_ns,
        last_arriving_rank, rank_wait_ns
-FROM _comm_instances
+FROM _skew_comm_instances
 ORDER BY first_start_ns, instance_key;
 
 -- @macro transfer_by_pair
@@ -67,12 +67,12 @@ SELECT src_rank, dst_rank, count(*) AS instances, count(msg_bytes) AS sized_inst
        CAST(sum(last_start_ns - first_start_ns) AS BIGINT) AS total_wait_ns,
        (100.0 * count(*) FILTER (WHERE first_arriving_rank = dst_rank AND last_start_ns > first_start_ns)
         / count(*))::DOUBLE AS receiver_waited_pct
-FROM _comm_instances
+FROM _skew_comm_instances
 WHERE kind = 'p2p' AND transfer_source = 'matched'
 GROUP BY src_rank, dst_rank
 ORDER BY src_rank, dst_rank;
 
--- @view _latency_points
+-- @view _skew_latency_points
 -- One point per (collective, group size, size bucket of 1/8 octave) over instances with a transfer time and a size.
 -- @column collective: Collective ('p2p' for matched send/recv).
 -- @column group_size: Group size (comm_transfer).
@@ -82,17 +82,17 @@ ORDER BY src_rank, dst_rank;
 -- @column transfer_p10_ns: 10th percentile transfer time (ns).
 -- @column transfer_p50_ns: Median transfer time (ns).
 -- @column transfer_p90_ns: 90th percentile transfer time (ns).
-CREATE OR REPLACE VIEW _latency_points AS
+CREATE OR REPLACE VIEW _skew_latency_points AS
 SELECT collective, group_size, round(8 * log2(msg_bytes))::INTEGER AS size_bucket,
        quantile_cont(msg_bytes, 0.5) AS msg_bytes, count(*) AS instances,
        quantile_cont(transfer_ns, 0.1) AS transfer_p10_ns, quantile_cont(transfer_ns, 0.5) AS transfer_p50_ns,
        quantile_cont(transfer_ns, 0.9) AS transfer_p90_ns
-FROM _comm_instances
+FROM _skew_comm_instances
 WHERE transfer_ns IS NOT NULL AND msg_bytes > 0
 GROUP BY collective, group_size, size_bucket;
 
--- @view _latency_fit
--- Theil–Sen fit per (collective, group size) over _latency_points, with Sen's 95 % interval for the slope and the
+-- @view _skew_latency_fit
+-- Theil–Sen fit per (collective, group size) over _skew_latency_points, with Sen's 95 % interval for the slope and the
 -- order-statistic 95 % interval of the median for α (α's interval is for the fitted slope).
 -- @column collective: Collective.
 -- @column group_size: Group size.
@@ -105,8 +105,8 @@ GROUP BY collective, group_size, size_bucket;
 -- @column alpha_ns: Median of transfer − slope × size over instances (ns).
 -- @column alpha_lo_ns: Lower 95 % bound of alpha_ns.
 -- @column alpha_hi_ns: Upper 95 % bound of alpha_ns.
-CREATE OR REPLACE VIEW _latency_fit AS
-WITH p AS (SELECT * FROM _latency_points),
+CREATE OR REPLACE VIEW _skew_latency_fit AS
+WITH p AS (SELECT * FROM _skew_latency_points),
 pts AS (
   SELECT collective, group_size, count(*) AS sizes, min(msg_bytes) AS min_bytes, max(msg_bytes) AS max_bytes,
          1.96 * sqrt(count(*) * (count(*) - 1) * (2 * count(*) + 5) / 18.0) AS c
@@ -125,7 +125,7 @@ pts AS (
   FROM ranked GROUP BY collective, group_size
 ), res AS (
   SELECT i.collective, i.group_size, i.transfer_ns - sl.slope * i.msg_bytes AS r
-  FROM _comm_instances i JOIN sl USING (collective, group_size)
+  FROM _skew_comm_instances i JOIN sl USING (collective, group_size)
   WHERE i.transfer_ns IS NOT NULL AND i.msg_bytes > 0
 ), rres AS (
   SELECT *, row_number() OVER (PARTITION BY collective, group_size ORDER BY r) AS rn,
@@ -181,7 +181,7 @@ FROM pts LEFT JOIN sl USING (collective, group_size) LEFT JOIN al USING (collect
 -- @column coalescing_saving_ns: max(latency_bound_ns − coalesced_model_ns, 0) (ns); NULL without a usable fit.
 -- @column note: What is missing and what re-export would add, or NULL.
 CREATE OR REPLACE MACRO latency_model() AS TABLE
-WITH i AS (SELECT * FROM _comm_instances WHERE transfer_ns IS NOT NULL),
+WITH i AS (SELECT * FROM _skew_comm_instances WHERE transfer_ns IS NOT NULL),
 d AS (
   SELECT collective, group_size, min(transfer_source) AS transfer_source, count(*) AS instances,
          count(*) FILTER (WHERE msg_bytes > 0) AS sized_instances,
@@ -196,10 +196,10 @@ d AS (
          fit.alpha_lo_ns, fit.alpha_hi_ns,
          coalesce(fit.sizes >= 2 AND fit.slope_ns_per_byte > 0 AND fit.alpha_ns > 0, false) AS usable,
          fit.slope_ns_per_byte AS slope, fit.alpha_ns AS alpha
-  FROM d LEFT JOIN _latency_fit fit USING (collective, group_size)
+  FROM d LEFT JOIN _skew_latency_fit fit USING (collective, group_size)
 ), t AS (
   SELECT *, CASE WHEN usable THEN alpha / slope END AS n_half,
-         CASE WHEN usable THEN alpha / slope WHEN sized_instances > 0 THEN _small_fallback_bytes() END AS thr
+         CASE WHEN usable THEN alpha / slope WHEN sized_instances > 0 THEN _skew_small_fallback_bytes() END AS thr
   FROM f
 ), lb AS (
   SELECT i.collective, i.group_size, count(*) AS ops, sum(i.transfer_ns) AS ns, sum(i.msg_bytes) AS bytes
@@ -256,7 +256,7 @@ SELECT p.collective, p.group_size, CAST(round(p.msg_bytes) AS BIGINT) AS msg_byt
        p.transfer_p10_ns::DOUBLE AS transfer_p10_ns, p.transfer_p50_ns::DOUBLE AS transfer_p50_ns,
        p.transfer_p90_ns::DOUBLE AS transfer_p90_ns,
        (m.alpha_us * 1000.0 + p.msg_bytes / m.beta_gbps)::DOUBLE AS model_ns, m.n_half_bytes
-FROM _latency_points p LEFT JOIN latency_model() m USING (collective, group_size)
+FROM _skew_latency_points p LEFT JOIN latency_model() m USING (collective, group_size)
 ORDER BY p.collective, p.group_size, msg_bytes;
 
 -- @macro latency_bound_total

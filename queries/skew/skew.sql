@@ -14,7 +14,7 @@
 -- Why not "earliest end − latest start": ring collectives end up to 7 µs apart on one host (fixtures/example), so
 -- the earliest end understates the transfer that the last arriver, which waited for nobody, measured in full.
 
--- @view _comm_keys
+-- @view _skew_comm_keys
 -- Communication kernels with the instance key they are matched by (this file's header), on raw (per-host) clocks.
 -- @column match_rule: 'pg_seq', 'group_order', 'rank_order' or 'p2p_pair'.
 -- @column instance_key: Key shared by the same operation on every rank.
@@ -29,7 +29,7 @@
 -- @column dst_rank: p2p: receiving rank, else NULL.
 -- @column start_ns: Kernel start, raw (ns).
 -- @column end_ns: Kernel end, raw (ns).
-CREATE OR REPLACE VIEW _comm_keys AS
+CREATE OR REPLACE VIEW _skew_comm_keys AS
 WITH k AS (
   SELECT k.kernel_id, k.rank, k.start_ns, k.end_ns, coalesce(o.collective, 'unknown') AS collective,
          coalesce(o.pg_name, o.comm_id) AS grp, o.seq, o.msg_bytes, o.group_size, o.peer_rank,
@@ -87,7 +87,7 @@ ref AS (SELECT arg_min(h, rank) AS h FROM r),
 multi AS (SELECT count(DISTINCT h) > 1 AS yes FROM r),
 he AS (  -- median end per (instance, host); only when the job spans hosts
   SELECT c.instance_key, r.h, quantile_disc(c.end_ns, 0.5) AS end_ns
-  FROM _comm_keys c JOIN r USING (rank)
+  FROM _skew_comm_keys c JOIN r USING (rank)
   WHERE c.match_rule <> 'p2p_pair' AND (SELECT yes FROM multi)
   GROUP BY c.instance_key, r.h
 ), d AS (
@@ -111,7 +111,7 @@ FROM hosts LEFT JOIN est USING (h)
 ORDER BY is_reference DESC, host NULLS FIRST;
 
 -- @view _skew_ops
--- Matched communication kernels (_comm_keys) on the reference clock: times minus their host's offset.
+-- Matched communication kernels (_skew_comm_keys) on the reference clock: times minus their host's offset.
 -- @column match_rule: 'pg_seq', 'group_order', 'rank_order' or 'p2p_pair'.
 -- @column instance_key: Key shared by the same operation on every rank.
 -- @column kernel_id: Kernel id.
@@ -134,9 +134,9 @@ WITH off AS (
 SELECT c.match_rule, c.instance_key, c.kernel_id, c.rank, c.collective, c.pg_name, c.seq, c.msg_bytes,
        c.group_size, c.src_rank, c.dst_rank, coalesce(off.off, 0) AS clock_offset_ns,
        c.start_ns - coalesce(off.off, 0) AS start_ns, c.end_ns - coalesce(off.off, 0) AS end_ns
-FROM _comm_keys c LEFT JOIN off USING (rank);
+FROM _skew_comm_keys c LEFT JOIN off USING (rank);
 
--- @view _comm_instances
+-- @view _skew_comm_instances
 -- One row per matched instance (collective or p2p) with its transfer time and waits (definitions in this file's
 -- header). transfer_ns is NULL when the instance was seen on one rank only, except in a single-rank job, where
 -- it is the kernel duration (transfer_source says which).
@@ -161,7 +161,7 @@ FROM _comm_keys c LEFT JOIN off USING (rank);
 -- @column transfer_ns: Transfer time without waiting (ns), see transfer_source.
 -- @column transfer_source: 'matched' (across ranks), 'kernel_duration' (single-rank job) or 'unmatched' (NULL transfer).
 -- @column rank_wait_ns: Per rank wait, a list of {rank, wait_ns} sorted by rank (ns).
-CREATE OR REPLACE VIEW _comm_instances AS
+CREATE OR REPLACE VIEW _skew_comm_instances AS
 WITH g AS (
   SELECT instance_key, any_value(match_rule) AS match_rule, mode(collective) AS collective,
          any_value(pg_name) AS pg_name, min(seq) AS seq, max(msg_bytes) AS msg_bytes,
@@ -245,7 +245,7 @@ SELECT instance_key, match_rule, collective, pg_name, seq, msg_bytes, ranks_seen
        CASE WHEN ranks_seen >= 2 THEN last_arriving_rank END AS last_arriving_rank,
        CASE WHEN ranks_seen >= 2 THEN first_arriving_rank END AS first_arriving_rank,
        CASE WHEN ranks_seen >= 2 THEN rank_wait_ns END AS rank_wait_ns
-FROM _comm_instances
+FROM _skew_comm_instances
 WHERE kind = 'collective'
 ORDER BY first_start_ns, instance_key;
 
