@@ -27,7 +27,7 @@ def _frames(con) -> dict:
 
 def _uses_cache(con) -> bool:
     return con.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = '_overlap_gpu_timeline' "
-                       "AND sql LIKE '%_cache_gpu_timeline%'").fetchall()[0][0] == 1
+                       "AND sql LIKE '%_cache_overlap_gpu_timeline%'").fetchall()[0][0] == 1
 
 
 def _live(path: Path) -> dict:
