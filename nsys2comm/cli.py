@@ -385,15 +385,7 @@ def summary(
         else:
             out_.text(format_summary(s))
         job.close()
-        for t in s["thresholds"]:
-            if t["ok"] is False:
-                out_.message(f"threshold violated: {t['what']} = {t['value']:g}, limit "
-                             f"--{t['name'].replace('_', '-')} {t['limit']:g}")
-            elif t["ok"] is None:
-                out_.message(f"threshold not evaluated: {t['what']} is not available"
-                             + (" (--strict: exit 3)" if strict else ""))
-        if s["ok"] is False or (strict and s["ok"] is None):
-            raise typer.Exit(EXIT_THRESHOLD)
+        _gate(s, strict)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -464,9 +456,7 @@ def diff_(
         else:
             out_.write_rows(comparison.rows, fmt=fmt, out=output)
             _say_diff(d)
-        _say_thresholds(d["thresholds"], strict)
-        if d["ok"] is False or (strict and d["ok"] is None):
-            raise typer.Exit(EXIT_THRESHOLD)
+        _gate(d, strict)
 
 
 def _say_diff(d: dict) -> None:
@@ -488,14 +478,18 @@ def _say_diff(d: dict) -> None:
         out_.message(f"missing: {m}")
 
 
-def _say_thresholds(thresholds: list[dict], strict: bool) -> None:
-    for t in thresholds:
+def _gate(doc: dict, strict: bool) -> None:
+    """The end of a gated command (summary, diff): say each violated or unevaluated threshold on stderr, then
+    exit 3 when one is violated, or, with --strict, when one could not be evaluated."""
+    for t in doc["thresholds"]:
         if t["ok"] is False:
             out_.message(f"threshold violated: {t['what']} = {t['value']:g}, limit "
                          f"--{t['name'].replace('_', '-')} {t['limit']:g}")
         elif t["ok"] is None:
             out_.message(f"threshold not evaluated: {t['what']} is not available"
                          + (" (--strict: exit 3)" if strict else ""))
+    if doc["ok"] is False or (strict and doc["ok"] is None):
+        raise typer.Exit(EXIT_THRESHOLD)
 
 
 # ---------------------------------------------------------------------------------------------------------------
