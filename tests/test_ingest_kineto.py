@@ -313,6 +313,33 @@ def test_splitter_property(tmp_path):
     check()
 
 
+def test_byte_ranges_property(tmp_path):
+    """Workers reading their own byte ranges (uncompressed files) give the sequential rows, also when a cut
+    candidate lies inside a string or a nested object (the range fails to decode and the rest goes sequential),
+    and when values need the tolerant decoder (a string device, an epoch ts finer than float64)."""
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+    names = st.text(alphabet=st.sampled_from(list('ab}{,[]" \\\n:')), max_size=12)
+
+    @hyp.settings(max_examples=8, deadline=None)
+    @hyp.given(st.lists(names, min_size=1, max_size=40), st.integers(40, 400), st.booleans(), st.booleans())
+    def check(kernel_names, block, pretty, odd):
+        events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7,
+                   "ts": (1_700_000_000_000_000.123 if odd and i == 3 else 1000 + i), "dur": 1,
+                   "args": {"correlation": i, "device": "0" if odd and i == 5 else 0,
+                            "nested": [{"x": "}, {"}, {"y": 1}]}}
+                  for i, n in enumerate(kernel_names)]
+        doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events,
+               "baseTimeNanoseconds": 5, "INFO": ["}, {", "]"]}
+        p = tmp_path / "r.json"
+        p.write_text(json.dumps(doc, indent=1 if pretty else None))
+        ref = _rows(p, extra={"kineto_workers": 0})
+        assert _rows(p, block=block, extra={"kineto_workers": 2}) == ref
+        assert sorted(dict(r)["correlation_id"] for r in ref["kernels"]) == list(range(len(events)))
+
+    check()
+
+
 # ---------------------------------------------------------------------------------------------- recorded sizes
 
 # element sizes of the dtype spellings the shared traces use in 'Input type' (PyTorch's scalar type names)

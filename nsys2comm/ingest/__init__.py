@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -121,12 +122,15 @@ def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str
         file_id = con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchone()[0]
         con.execute(
             "INSERT INTO files (file_id, path, sha256, size_bytes, source, ingested_at) VALUES (?, ?, ?, ?, ?, ?)",
-            [file_id, str(path.resolve()), sha, path.stat().st_size, mod.SOURCE,
-             datetime.now(UTC).replace(tzinfo=None)])
+            [file_id, str(path.resolve()), sha if isinstance(sha, str) else f"pending:{file_id}",
+             path.stat().st_size, mod.SOURCE, datetime.now(UTC).replace(tzinfo=None)])
+        names: set[str] = set()
         for batch in batches:
-            insert_batch(con, file_id, batch)
+            insert_batch(con, file_id, batch, names)
             if progress:
                 progress(batch.table)
+        if not isinstance(sha, str):
+            con.execute("UPDATE files SET sha256 = ? WHERE file_id = ?", [sha.result(), file_id])
         mod.finalize(con, file_id)
         con.execute("COMMIT")
         return file_id
@@ -171,7 +175,12 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
             raise err
         done(FileResult(str(path), "failed", line))
 
-    todo = _identify(con, files, done, fail)
+    hasher = ThreadPoolExecutor(1, thread_name_prefix="nsys2comm-sha256")  # hashlib releases the GIL
+    try:
+        todo = _identify(con, files, done, fail, hasher)
+    except BaseException:
+        hasher.shutdown(cancel_futures=True)
+        raise
 
     def record(path: Path, fid: int) -> None:
         ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank", [fid]).fetchall()]
@@ -185,6 +194,7 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
         terminated = True  # a signal: leave at once; sessions compute what the cache would hold
         raise
     finally:
+        hasher.shutdown(wait=not terminated, cancel_futures=True)
         if not terminated and (completed or any(r.status == "ingested" for r in results)):
             from ..cache import refresh_cache
 
@@ -205,19 +215,28 @@ def _read_options(rank: int | None, world_size: int | None, extra: dict | None, 
     return ReadOptions(rank=rank, world_size=world_size, extra=dict(extra or {}))
 
 
-def _identify(con, files: list[Path], done, fail) -> list[tuple[Path, str, object]]:
+def _identify(con, files: list[Path], done, fail, hasher) -> list[tuple[Path, str | Future, object]]:
     """Format and identity first (cheap, and bad files fail before any parsing work); files already in the job,
-    or given twice, are skipped. Returns (path, sha256, importer) of the files to read."""
-    todo: list[tuple[Path, str, object]] = []
+    or given twice, are skipped. Returns (path, sha256, importer) of the files to read; the sha256 of a file whose
+    size no other file has is hashed by ``hasher`` (a thread) while the file is parsed (a Future)."""
+    todo: list[tuple[Path, str | Future, object]] = []
+    sizes: set[int] = set()
     for path in files:
         try:
             mod = detect(path)
+            size = path.stat().st_size
+            if size not in sizes and not con.execute("SELECT 1 FROM files WHERE size_bytes = ?", [size]).fetchone():
+                # no file of this size in the job: it cannot be a re-ingest, so hash it while it is parsed
+                sizes.add(size)
+                todo.append((path, hasher.submit(sha256_of, path), mod))
+                continue
+            sizes.add(size)
             sha = sha256_of(path)
         except Exception as err:  # noqa: BLE001 - reported per file
             fail(path, err)
             continue
         prior = con.execute("SELECT file_id FROM files WHERE sha256 = ?", [sha]).fetchone()
-        if prior or any(t[1] == sha for t in todo):
+        if prior or any((t[1] if isinstance(t[1], str) else t[1].result()) == sha for t in todo):
             fid = prior[0] if prior else None
             why = "already ingested" + (f" as file {fid}" if fid else " (duplicate)")
             done(FileResult(str(path), "skipped", why, fid))

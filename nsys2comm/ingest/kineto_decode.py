@@ -65,6 +65,8 @@ def _canonical_args(a: Args) -> Args:
 
 
 class Event(msgspec.Struct, gc=False):
+    """One trace event. ``args`` stays raw JSON until a kept event needs it (``args_of``): most events of a trace
+    (CPU ops, flows, instant events) are dropped, and decoding their args was a third of the decode time."""
     ph: str | None = None
     cat: str | None = None
     name: str | None = None
@@ -72,7 +74,7 @@ class Event(msgspec.Struct, gc=False):
     tid: int | str | None = None
     ts: int | float | None = None
     dur: int | float | None = None
-    args: Args | None = None
+    args: msgspec.Raw | Args | None = _NULL
 
 
 class EventExactTs(Event, gc=False):
@@ -81,6 +83,7 @@ class EventExactTs(Event, gc=False):
 
 
 _events_decoder = msgspec.json.Decoder(list[Event])
+_args_decoder = msgspec.json.Decoder(Args)
 _exact_ts_decoder = msgspec.json.Decoder(list[EventExactTs])
 # epoch µs beyond float64's exact ns: 2**53 ns. Above it a fractional ts is read from its digits.
 _EXACT_TS_US = 2.0**53 / 1000
@@ -165,20 +168,21 @@ _ARG_CONVERT = {
 }
 
 
+def _tolerant_args(a) -> Args | None:
+    if not isinstance(a, dict):
+        return None
+    kw = {}
+    for attr, key in _ALL_ARG_KEYS:
+        if key in a:
+            kw[attr] = _ARG_CONVERT.get(attr, _to_int)(a[key])
+    return Args(**kw)
+
+
 def _tolerant_event(d) -> Event | None:
     """An Event from a plain dict whose values may have unexpected types (slow path)."""
     if not isinstance(d, dict):
         return None
-    a = d.get("args")
-    args = None
-    if isinstance(a, dict):
-        kw = {}
-        for attr, key in _ALL_ARG_KEYS:
-            if key in a:
-                v = a[key]
-                conv = _ARG_CONVERT.get(attr, _to_int)
-                kw[attr] = conv(v)
-        args = Args(**kw)
+    args = _tolerant_args(d.get("args"))
     return Event(ph=_to_str(d.get("ph")), cat=_to_str(d.get("cat")), name=_to_str(d.get("name")),
                  pid=_pidlike(d.get("pid")), tid=_pidlike(d.get("tid")), ts=_to_num(d.get("ts")),
                  dur=_to_num(d.get("dur")), args=args)
@@ -198,45 +202,99 @@ def _needs_exact_ts(events) -> bool:
     return any(type(e.ts) is float and e.ts > lim and not e.ts.is_integer() for e in events)
 
 
-def decode_events(data: bytes) -> list[Event]:
-    """Decode a JSON array of events; msgspec.DecodeError when it is not valid JSON, BadValue when it nests deeper
-    than any trace does.
+class NeedsSlowDecode(Exception):
+    """Raised while rows are built from fast-decoded events: the block must be decoded again with
+    :func:`decode_events_slow` (a value of an unexpected type in args, or an epoch ts finer than float64)."""
 
-    Epoch ts with a fractional part beyond float64 precision (> 2**53 ns) are re-read from their digits."""
+
+def args_of(a, empty: Args) -> Args:
+    """The Args of a fast-decoded event (raw JSON decoded now), or of a slow-decoded one (already Args)."""
+    if a.__class__ is msgspec.Raw:
+        if len(a) <= 4:  # null, {}
+            return empty
+        try:
+            return _args_decoder.decode(a)
+        except msgspec.ValidationError:
+            raise NeedsSlowDecode from None
+    return empty if a is None else a
+
+
+def decode_events(data: bytes) -> list[Event]:
+    """Fast decode of a JSON array of events: args stay raw (see Event). msgspec.DecodeError when it is not valid
+    JSON; NeedsSlowDecode when a value has an unexpected type (then use :func:`decode_events_slow`)."""
     was = gc.isenabled()
     gc.disable()  # millions of small allocations: generation-0 collections would cost ~40 %
     try:
-        events = _events_decoder.decode(data)
-        if _needs_exact_ts(events):
-            events = _exact_ts_decoder.decode(data)
-            for e in events:
-                e.ts = _exact_ts(e.ts)
-        return events
+        return _events_decoder.decode(data)
     except msgspec.ValidationError:
-        invalid_utf8 = False
-        try:
-            objs = orjson.loads(data)
-        except orjson.JSONDecodeError as e:
-            if "recursion" in str(e):
-                raise BadValue("has JSON nested deeper than any trace event (over 1,024 levels)") from None
-            try:
-                data.decode("utf-8")
-                raise msgspec.DecodeError(str(e)) from None
-            except UnicodeDecodeError:  # read what it says; the note tells names may hold U+FFFD
-                data = data.decode("utf-8", errors="replace").encode()
-                invalid_utf8 = True
-            try:
-                objs = orjson.loads(data)
-            except orjson.JSONDecodeError as e2:
-                raise msgspec.DecodeError(str(e2)) from None
-        events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
-        if _needs_exact_ts(events):
-            objs = json.loads(data, parse_float=Decimal)
-            events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
-        events.invalid_utf8 = invalid_utf8
-        return events
+        raise NeedsSlowDecode from None
     except RecursionError:
         raise BadValue("has JSON nested deeper than any trace event") from None
     finally:
         if was:
             gc.enable()
+
+
+def decode_events_slow(data: bytes) -> list[Event]:
+    """Decode a JSON array of events tolerantly: odd value types converted, epoch ts with a fraction beyond
+    float64 read from their digits, bytes that are not UTF-8 replaced (``invalid_utf8``). msgspec.DecodeError
+    when it is not valid JSON, BadValue when it nests deeper than any trace does."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        try:
+            events = [_canonical_event(e) for e in _events_decoder.decode(data)]
+        except msgspec.ValidationError:
+            events = None
+        if events is not None and not _needs_exact_ts(events):
+            return events
+        if events is not None:
+            events = _exact_ts_decoder.decode(data)
+            for e in events:
+                e.ts = _exact_ts(e.ts)
+            return [_canonical_event(e) for e in events]
+        return _tolerant_events(data)
+    except RecursionError:
+        raise BadValue("has JSON nested deeper than any trace event") from None
+    finally:
+        if was:
+            gc.enable()
+
+
+def _canonical_event(e: Event) -> Event:
+    """args decoded now: Args, or (odd types) converted tolerantly from plain JSON."""
+    a = e.args
+    if a.__class__ is msgspec.Raw:
+        if len(a) <= 4:
+            e.args = None
+        else:
+            try:
+                e.args = _args_decoder.decode(a)
+            except msgspec.ValidationError:
+                e.args = _tolerant_args(orjson.loads(a))
+    return e
+
+
+def _tolerant_events(data: bytes) -> list[Event]:
+    invalid_utf8 = False
+    try:
+        objs = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        if "recursion" in str(e):
+            raise BadValue("has JSON nested deeper than any trace event (over 1,024 levels)") from None
+        try:
+            data.decode("utf-8")
+            raise msgspec.DecodeError(str(e)) from None
+        except UnicodeDecodeError:  # read what it says; the note tells names may hold U+FFFD
+            data = data.decode("utf-8", errors="replace").encode()
+            invalid_utf8 = True
+        try:
+            objs = orjson.loads(data)
+        except orjson.JSONDecodeError as e2:
+            raise msgspec.DecodeError(str(e2)) from None
+    events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
+    if _needs_exact_ts(events):
+        objs = json.loads(data, parse_float=Decimal)
+        events = _Events(ev for ev in map(_tolerant_event, objs) if ev is not None)
+    events.invalid_utf8 = invalid_utf8
+    return events

@@ -12,7 +12,18 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from .base import Batch
-from .kineto_decode import _EMPTY_ARGS, _NULL, Args, BadValue, Event, _canonical_args, _encode
+from .kineto_decode import (
+    _EMPTY_ARGS,
+    _EXACT_TS_US,
+    _NULL,
+    Args,
+    BadValue,
+    Event,
+    NeedsSlowDecode,
+    _canonical_args,
+    _encode,
+    args_of,
+)
 
 _KIND = {
     "kernel": 1, "Kernel": 1,
@@ -149,6 +160,7 @@ class _State:
         devices = self.devices
         empty = _EMPTY_ARGS
         min_ts = self.min_ts
+        exact_lim = _EXACT_TS_US
         int_ts = float_ts = False
         self.n_events += len(events)
         n_negative = 0
@@ -158,6 +170,11 @@ class _State:
                 kind = kind_of(e.cat)
                 if kind is None or e.ph != "X":
                     continue
+                name = e.name
+                if name is None:
+                    name = ""
+                elif kind == 8 and not name.startswith(_COMM_CPU_PREFIX):
+                    continue  # most CPU ops: dropped before anything else is read
                 t = e.ts
                 if t is None:
                     continue
@@ -165,6 +182,8 @@ class _State:
                     start = t * 1000
                     int_ts = True
                 else:
+                    if t > exact_lim and type(t) is float and not t.is_integer():
+                        raise NeedsSlowDecode  # epoch µs finer than float64's ns: read the digits
                     start = round(t * 1000)
                     float_ts = True
                 d = e.dur
@@ -179,12 +198,7 @@ class _State:
                     continue
                 if min_ts is None or t < min_ts:
                     min_ts = t
-                a = e.args
-                if a is None:
-                    a = empty
-                name = e.name
-                if name is None:
-                    name = ""
+                a = args_of(e.args, empty)
                 if kind <= 3:  # GPU work (kernel, memcpy, memset): its device and stream
                     dev = a.device
                     if dev is None:
@@ -231,8 +245,6 @@ class _State:
                         self.driver = True
                 else:  # 6 user_annotation, 7 gpu_user_annotation, 8 cpu_op
                     if kind == 8:
-                        if not name.startswith(_COMM_CPU_PREFIX):
-                            continue
                         ckind = "cpu_op" if not name.startswith("ProfilerStep") else "user_annotation"
                         args_json = self._args_json(a)
                     elif kind == 6:

@@ -300,6 +300,45 @@ class _Source:
         self.raw.close()
 
 
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def array_start(path: Path, block: int = BLOCK, limits: Limits | None = None) -> tuple[dict, int]:
+    """(header, offset just past the event array's '[') of an uncompressed trace, for readers that cut the
+    file by byte ranges (see :func:`next_boundary`)."""
+    src = _Source(path, limits or Limits())
+    try:
+        buf, eof = b"", False
+        while not (found := _array_start(buf, eof, path)):
+            data = src.read(block)
+            eof = not data
+            buf += data
+        return found
+    finally:
+        src.close()
+
+
+def next_boundary(fd: int, x: int, end: int, max_event_bytes: int) -> int | None:
+    """Offset of the '{' of the first candidate event boundary ('}' ws ',' ws '{') starting at or after byte x of
+    an open file, before ``end``; None when there is none within ``max_event_bytes``. Two readers asking for the
+    same x get the same offset, so ranges cut this way tile the file. Whether it is at the top level is proven by
+    decoding (as for iter_raw's pieces)."""
+    import os
+
+    width = 1 << 16
+    while True:
+        buf = os.pread(fd, width, x)
+        m = _CANDIDATE.search(buf)
+        if m:
+            b = x + m.end() - 1
+            return b if b < end else None
+        if width >= max_event_bytes or x + width >= end:
+            return None
+        width *= 4
+
+
 def iter_raw(path: Path, block: int = BLOCK, limits: Limits | None = None) -> Iterator[tuple[str, object]]:
     """Yield ("header", dict), then ("raw", piece) byte slices of the event array cut at *unvalidated* candidate
     boundaries (each piece ends just before an event's '{', separator included, so pieces concatenate back to

@@ -6,6 +6,7 @@ import contextlib
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import InputError
 from .base import ID_COLUMNS, ID_SHIFT, Batch
@@ -13,8 +14,12 @@ from .base import ID_COLUMNS, ID_SHIFT, Batch
 _FILE_COLUMNS = ("format_version", "producer", "host", "clock_rule", "clock_offset_ns", "comm_library_version")
 
 
-def insert_batch(con, file_id: int, batch: Batch) -> None:
-    """Insert one batch; adds file_id, makes ids job-unique, derives kernel short names and classes."""
+def insert_batch(con, file_id: int, batch: Batch, names: set[str] | None = None) -> None:
+    """Insert one batch; adds file_id, makes ids job-unique, derives kernel short names and classes.
+
+    ``names``: kernel names classified so far for this file (kept by the caller across its batches); each name is
+    classified once, into the TEMP table _ingest_kernel_names, instead of once per batch (the SQL rules take
+    ~30 ms to plan, and a large trace has dozens of batches with the same few hundred names)."""
     data = batch.data
     if data.num_rows == 0:
         return
@@ -38,18 +43,29 @@ def insert_batch(con, file_id: int, batch: Batch) -> None:
             excl.append(idc)
         src = "_batch"
         if batch.table == "kernels":
-            # classify distinct names once: 10M kernels usually have a few thousand names
             # one naming rule for every source, so identical kernels get identical rows
+            _classify_new_names(con, data, names)
             derived = [c for c in ("kernel_class", "short_name") if c in cols]
             keep = f"b.* EXCLUDE ({', '.join(derived)})" if derived else "b.*"
-            src = (f"(SELECT {keep}, n.kernel_class, n.short_name FROM _batch b JOIN "
-                   "(SELECT name, kernel_class(name) AS kernel_class, kernel_short_name(name) AS short_name "
-                   "FROM (SELECT DISTINCT name FROM _batch)) n USING (name))")
+            src = (f"(SELECT {keep}, n.kernel_class, n.short_name FROM _batch b JOIN _ingest_kernel_names n "
+                   "USING (name))")
         exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
         con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
     finally:
         with contextlib.suppress(duckdb.Error):  # an aborted transaction refuses even this; the first error counts
             con.unregister("_batch")
+
+
+def _classify_new_names(con, data: pa.Table, names: set[str] | None) -> None:
+    if names is None or not names:
+        con.execute("CREATE OR REPLACE TEMP TABLE _ingest_kernel_names (name VARCHAR, kernel_class VARCHAR, "
+                    "short_name VARCHAR)")
+        names = set() if names is None else names
+    new = [n for n in pc.unique(data["name"]).to_pylist() if n not in names]
+    if new:
+        con.execute("INSERT INTO _ingest_kernel_names SELECT name, kernel_class(name), kernel_short_name(name) "
+                    "FROM unnest(?::VARCHAR[]) t(name)", [new])
+        names.update(new)
 
 
 def _check_rank_collisions(con, ranks: pa.Table) -> None:

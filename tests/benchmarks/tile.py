@@ -1,0 +1,90 @@
+"""Tile a real Kineto trace to a target size: the benchmark input that looks like a real trace, only longer.
+
+    python -m tests.benchmarks.tile SRC OUT --mb 400 [--style kineto|compact]
+
+The events are repeated back to back: copy k has its ts shifted by k x (span + 1 ms) and its correlation and
+External id args offset by k x (largest id + 1), so every copy is a distinct, well-formed stretch of the same
+workload (no correlation id is shared by two launches). The header and trailer are the source's. ``--style
+kineto`` writes events the way Kineto's writer does (one key group per line, 2-space indent); ``compact`` writes
+one event per line without spaces (more events per MB: the harder case for MB/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+from pathlib import Path
+
+import orjson
+
+_ID_KEYS = ("correlation", "External id", "external id")
+
+
+def _load(src: Path) -> dict:
+    opener = gzip.open if src.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(src, "rb") as f:
+        return orjson.loads(f.read())
+
+
+def _kineto_event(e: dict) -> bytes:
+    head = {k: v for k, v in e.items() if k != "args"}
+    out = b"  {\n    " + orjson.dumps(head)[1:-1].replace(b',"', b', "').replace(b'":', b'": ')
+    args = e.get("args")
+    if isinstance(args, dict):
+        out += b',\n    "args": {\n' + b",\n".join(
+            b"      " + orjson.dumps(k) + b": " + orjson.dumps(v) for k, v in args.items()) + b"\n    }"
+    return out + b"\n  }"
+
+
+def tile(src: Path, out: Path, mb: float, style: str = "kineto") -> int:
+    """Write ``out`` of about ``mb`` MB from ``src``'s events; returns the number of copies."""
+    doc = _load(src)
+    events = doc.pop("traceEvents")
+    timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
+    t0 = min(e["ts"] for e in timed)
+    span = max(e["ts"] + (e.get("dur") or 0) for e in timed) - t0 + 1000
+    max_id = max((v for e in events for k, v in (e.get("args") or {}).items() if k in _ID_KEYS and type(v) is int),
+                 default=0) + 1
+    max_flow = max((e["id"] for e in events if type(e.get("id")) is int), default=0) + 1
+    enc = _kineto_event if style == "kineto" else orjson.dumps
+    sep = b",\n"
+    target = int(mb * 1_000_000)
+    header = orjson.dumps(doc)[:-1] + (b", " if doc else b"") + b'"traceEvents": [\n'
+    written, k = len(header), 0
+    with open(out, "wb") as f:
+        f.write(header)
+        first = True
+        while written < target:
+            chunk = []
+            for e in events:
+                if k and isinstance(e.get("ts"), (int, float)):
+                    e = dict(e, ts=e["ts"] + k * span)
+                    args = e.get("args")
+                    if isinstance(args, dict) and any(key in args for key in _ID_KEYS):
+                        e["args"] = {key: (v + k * max_id if key in _ID_KEYS and type(v) is int else v)
+                                     for key, v in args.items()}
+                    if type(e.get("id")) is int:
+                        e["id"] = e["id"] + k * max_flow
+                chunk.append(enc(e))
+            data = (b"" if first else sep) + sep.join(chunk)
+            first = False
+            f.write(data)
+            written += len(data)
+            k += 1
+        f.write(b"\n]}\n")
+    return k
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("src", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--mb", type=float, default=400)
+    ap.add_argument("--style", choices=("kineto", "compact"), default="kineto")
+    a = ap.parse_args()
+    k = tile(a.src, a.out, a.mb, a.style)
+    print(f"{a.out}: {a.out.stat().st_size / 1e6:.1f} MB, {k} copies of {a.src.name}")
+
+
+if __name__ == "__main__":
+    main()
