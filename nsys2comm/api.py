@@ -7,8 +7,9 @@
     >>> job.summary()["comm_share_pct"]
     >>> job.report("report.html")
 
-A *source* is either a job database (a ``.duckdb`` file made by ``nsys2comm ingest``) or trace files,
-directories or globs; traces are ingested into a temporary in-memory database (:meth:`Job.open`).
+A *source* is either a job database (a ``.duckdb`` file made by ``nsys2comm ingest``), a Parquet job directory
+(``nsys2comm ingest --out DIR``, :mod:`nsys2comm.jobdir`) or trace files, directories or globs; traces are
+ingested into a temporary in-memory database (:meth:`Job.open`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def is_database(path: str | Path) -> bool:
     except OSError:
         return False
     return head[8:12] == DUCKDB_MAGIC
+
+
+def is_job_dir(path: str | Path) -> bool:
+    """True for a Parquet job directory written by ``nsys2comm ingest --out DIR``."""
+    from .jobdir import is_job_dir as _is
+
+    return _is(path)
 
 
 def _parse_value(v: Any) -> Any:
@@ -106,20 +114,30 @@ class Job:
         self.path = path  # None: in-memory
         self.read_only = read_only
         self.results = results or []  # FileResult per trace when the job was built by ingest
+        self.stages: dict = {}  # seconds per stage of a Dask open (distributed.gather)
 
     # -- opening ------------------------------------------------------------------------------------------------
     @classmethod
     def open(cls, source: str | Path | Sequence[str | Path] | None = None, *, write: bool = False,
              lock_timeout_s: float = 60.0, jobs: int | None = None,
-             on_file: Callable | None = None, progress: Callable | None = None) -> Job:
+             on_file: Callable | None = None, progress: Callable | None = None,
+             scheduler=None, dask_local: int | None = None) -> Job:
         """Open a job database, or ingest trace files / directories / globs into an in-memory one.
 
-        ``source`` is a ``.duckdb`` path, or one or more trace paths. ``write=False`` (default) opens a database
-        read-only, so several readers can share it while nothing can change it.
+        ``source`` is a ``.duckdb`` path, a Parquet job directory, or one or more trace paths. ``write=False``
+        (default) opens a database read-only, so several readers can share it while nothing can change it.
+        For a Parquet job directory, ``scheduler`` (a Dask scheduler address or ``distributed.Client``) or
+        ``dask_local=N`` (a local cluster of N worker processes) runs the per-rank stage on Dask
+        (:mod:`nsys2comm.distributed`); ``job.stages`` then holds the seconds per stage.
         """
         sources = [source] if isinstance(source, (str, Path)) else list(source or [])
         if not sources:
             raise UsageError("no database or trace files given", hint="give a .duckdb file or trace files")
+        if len(sources) == 1 and is_job_dir(sources[0]):
+            return cls._open_dir(str(sources[0]), write=write, scheduler=scheduler, dask_local=dask_local)
+        if scheduler is not None or dask_local is not None:
+            raise UsageError("Dask runs on a Parquet job directory", path=str(sources[0]),
+                             hint="write one with: nsys2comm ingest TRACES --out DIR")
         dbs = [s for s in sources if is_database(s)]
         if dbs:
             if len(sources) > 1:
@@ -131,6 +149,23 @@ class Job:
         return cls.ingest(sources, db=None, jobs=jobs, on_file=on_file, progress=progress, read_only=not write)
 
     @classmethod
+    def _open_dir(cls, path: str, *, write: bool, scheduler, dask_local: int | None) -> Job:
+        from . import jobdir
+
+        stages: dict = {}
+        gather = None
+        if scheduler is not None or dask_local is not None:
+            from . import distributed
+
+            def gather(con, snap):
+                with distributed.client(scheduler, dask_local) as c:
+                    stages.update(distributed.gather(con, snap, c))
+
+        job = cls(jobdir.connect(path, write=write, gather=gather), path=path, read_only=True)
+        job.stages = stages
+        return job
+
+    @classmethod
     def ingest(cls, paths: Iterable[str | Path], db: str | Path | None = None, *, rank: int | None = None,
                world_size: int | None = None, keep_going: bool = False, jobs: int | None = None,
                lock_timeout_s: float = 60.0,
@@ -139,8 +174,16 @@ class Job:
         """Ingest traces into ``db`` (created if missing; ``None`` = in memory) and return the job.
 
         Files already in the database (same SHA-256) are skipped. ``job.results`` holds one FileResult per file.
+        ``db`` may be a Parquet job directory (an existing one, or a path ending in ``/``): see :func:`ingest_dir`.
         """
         from .ingest import ingest as _ingest
+
+        if db is not None and (str(db).endswith(("/", "\\")) or Path(db).is_dir()):
+            results = ingest_dir(paths, db, rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs,
+                                 on_file=on_file, read_extra=read_extra)
+            job = cls.open(db)
+            job.results = results
+            return job
 
         con = connect(db, write=True, lock_timeout_s=lock_timeout_s) if db is not None else connect(None)
         try:
@@ -271,6 +314,17 @@ class Job:
         from .compare import document
 
         return document(self.compare(other, sources=sources), **limits)
+
+
+def ingest_dir(paths: Iterable[str | Path], out: str | Path, *, rank: int | None = None,
+               world_size: int | None = None, keep_going: bool = False, jobs: int | None = None,
+               on_file: Callable | None = None, read_extra: dict | None = None) -> list:
+    """Ingest traces into a Parquet job directory (``nsys2comm ingest --out DIR``; several processes may write
+    into one directory at once). Returns one FileResult per file; open the job with ``Job.open(out)``."""
+    from .jobwrite import write
+
+    return write(paths, out, rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs, on_file=on_file,
+                 read_extra=read_extra)
 
 
 def diff(base: Job, new: Job) -> pl.DataFrame:

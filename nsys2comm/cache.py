@@ -42,7 +42,8 @@ from .db import settle
 # helper views whose snapshot may replace the live computation: view name -> snapshot table
 _MATERIALIZABLE = {"_overlap_gpu_timeline": "_gpu_timeline_snapshot",
                    "_overlap_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
-                   "_skew_ops": "_skew_ops_snapshot"}
+                   "_skew_ops": "_skew_ops_snapshot",
+                   "_exposure_launches": "_exposure_launches_snapshot"}
 
 _CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]
 
@@ -113,11 +114,30 @@ def drop_cache(con) -> None:
         settle(con).execute(f"DROP TABLE IF EXISTS main.{table}")
 
 
+def session_table(view: str) -> str:
+    """TEMP table holding a sweep the session computed for itself at open (a Parquet job's per-rank stage on
+    Dask, gathered by the driver): the helper view reads it, like a stored cache, for the session's life."""
+    return f"_session{view}"
+
+
+def _use_session_sweeps(con) -> bool:
+    have = {r[0] for r in settle(con).execute(
+        "SELECT table_name FROM duckdb_tables() WHERE temporary AND list_contains(?, table_name)",
+        [[session_table(v) for v in _MATERIALIZABLE]]).fetchall()}
+    for view in _MATERIALIZABLE:
+        if session_table(view) in have:
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {session_table(view)}")
+    return bool(have)
+
+
 def use_cache(con) -> bool:
-    """In a read-only session, point the helper views at the stored sweeps when their key matches the data.
+    """In a read-only session, point the helper views at the stored sweeps when their key matches the data
+    (or at the session's own sweeps, ``session_table``, where it computed them at open).
 
     Writable sessions keep live helpers: they may change the data at any time after this check.
     """
+    if _use_session_sweeps(con):
+        return True
     path, read_only = _db_state(con)
     if path is None or not read_only:
         return False

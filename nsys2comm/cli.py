@@ -22,7 +22,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from . import __version__, catalog
 from . import output as out_
 from .analysis import check_query, job_start_ns
-from .api import Job, is_database, parse_params, settle
+from .api import Job, ingest_dir, is_database, is_job_dir, parse_params, settle
 from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery, UsageError
 from .ingest.kineto_stream import MAX_EVENT_BYTES
 from .output import Format, TimeUnit
@@ -80,8 +80,16 @@ _state = {"debug": os.environ.get("NSYS2COMM_DEBUG", "") not in ("", "0")}
 # shared options and plumbing
 
 SourcesArg = Annotated[list[str], typer.Argument(
-    metavar="DB_OR_TRACES", help="A job database (.duckdb), or trace files, directories or globs (ingested in memory).",
+    metavar="DB_OR_TRACES", help="A job database (.duckdb) or Parquet job directory (ingest --out), or trace files, "
+                                 "directories or globs (ingested in memory).",
     show_default=False)]
+SchedulerOpt = Annotated[str | None, typer.Option(
+    "--scheduler", metavar="ADDRESS", show_default=False,
+    help="Parquet job directory: run the per-rank stage on this Dask scheduler (tcp://host:8786); needs "
+         "pip install 'nsys2comm[dask]'.")]
+DaskLocalOpt = Annotated[int | None, typer.Option(
+    "--dask-local", metavar="N", min=1, show_default=False,
+    help="Parquet job directory: run the per-rank stage on a local Dask cluster of N worker processes.")]
 FormatOpt = Annotated[Format | None, typer.Option(
     "--format", "-f", metavar="FORMAT", case_sensitive=False, show_default=False,
     help="Output format: " + ", ".join(out_.FORMATS) + " (default: from -o's extension, else table; a table fits "
@@ -156,15 +164,19 @@ def _duckdb_detail(e: BaseException) -> str:
     return "".join("\n" + line.rstrip() for line in said.splitlines()[1:] if line.strip())
 
 
-def _open(sources: list[str], *, write: bool = False, lock_timeout: float = 60.0) -> Job:
-    """DB path → open it; anything else → ingest the traces into memory (one-off use)."""
+def _open(sources: list[str], *, write: bool = False, lock_timeout: float = 60.0, scheduler: str | None = None,
+          dask_local: int | None = None) -> Job:
+    """DB path or Parquet job directory → open it; anything else → ingest the traces into memory (one-off use)."""
     if not sources:
         raise UsageError("no database or trace files given", hint="e.g. nsys2comm summary run.duckdb")
-    if len(sources) == 1 and is_database(sources[0]):
-        return Job.open(sources[0], write=write, lock_timeout_s=lock_timeout)
-    if any(is_database(s) for s in sources):
+    dask = {"scheduler": scheduler, "dask_local": dask_local}
+    if len(sources) == 1 and (is_database(sources[0]) or is_job_dir(sources[0])):
+        return Job.open(sources[0], write=write, lock_timeout_s=lock_timeout, **dask)
+    if any(is_database(s) or is_job_dir(s) for s in sources):
         raise UsageError("give either one database or trace files, not both",
                          hint="ingest the traces into the database first")
+    if scheduler is not None or dask_local is not None:
+        Job.open(sources, **dask)  # says why: Dask runs on a Parquet job directory
     status = None
     if _stderr_tty():
         from rich.console import Console
@@ -202,8 +214,12 @@ def _main(
 def ingest(
     paths: Annotated[list[str], typer.Argument(
         metavar="PATH", show_default=False, help="Trace files, directories (searched recursively) or quoted globs.")],
-    db: Annotated[Path, typer.Option("--db", metavar="FILE", help="Job database to create or add to.",
-                                     dir_okay=False, show_default=False)],
+    db: Annotated[str | None, typer.Option("--db", metavar="FILE", show_default=False,
+                                           help="Job database to create or add to (a path ending in / or an "
+                                                "existing directory: a Parquet job directory, as --out).")] = None,
+    out: Annotated[str | None, typer.Option("--out", metavar="DIR", show_default=False,
+                                            help="Parquet job directory to create or add to, one part per trace "
+                                                 "and rank; several processes may write into it at once.")] = None,
     rank: Annotated[int | None, typer.Option("--rank", metavar="N", show_default=False,
                                              help="Rank of a single trace file whose rank the trace does not "
                                                   "record.")] = None,
@@ -235,14 +251,23 @@ def ingest(
     Example:
       nsys2comm ingest traces/ --db run.duckdb --keep-going
       nsys2comm ingest 'out/rank*.sqlite' --db run.duckdb --jobs 4
+      nsys2comm ingest node3/traces/ --out /shared/job42/   # one directory, written by every node at once
     """
     from .ingest import expand_paths
 
     with _errors():
+        if (db is None) == (out is None):
+            raise UsageError("give --db FILE or --out DIR" if db is None else "give --db or --out, not both",
+                             hint="--db run.duckdb (one DuckDB file) or --out DIR (a Parquet job directory)")
         files = expand_paths(paths)
         limits = {"max_event_bytes": int(max_event_mb * (1 << 20))}
         if max_decompressed_gb is not None:
             limits["max_decompressed_bytes"] = int(max_decompressed_gb * (1 << 30))
+        if out is not None or db.endswith(("/", os.sep)) or Path(db).is_dir():
+            _ingest_dir(files, Path(out or db), rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs,
+                        quiet=quiet, limits=limits)
+            return
+        db = Path(db)
         created = not db.exists()
         report = _IngestReport(len(files), quiet=quiet)
         try:
@@ -260,6 +285,21 @@ def ingest(
         if created and not report.counts["ingested"]:
             _remove_db(db)
         report.finish(db, len(files))
+
+
+def _ingest_dir(files: list[Path], out: Path, *, rank, world_size, keep_going, jobs, quiet, limits) -> None:
+    """ingest --out DIR: each file's parts appear atomically, so a failure or a signal leaves nothing to undo."""
+    report = _IngestReport(len(files), quiet=quiet)
+    try:
+        ingest_dir(files, out, rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs,
+                   on_file=report.on_file, read_extra=limits)
+    except InputError as e:
+        if not keep_going and e.hint and "--keep-going" not in e.hint:
+            e.hint += "; --keep-going ingests the other files"
+        raise
+    finally:
+        report.stop()
+    report.finish(out, len(files))
 
 
 class _IngestReport:
@@ -347,6 +387,8 @@ def summary(
                                                           "(its metric is not available).")] = False,
     model: ModelOpt = None,
     layout: LayoutOpt = None,
+    scheduler: SchedulerOpt = None,
+    dask_local: DaskLocalOpt = None,
 ) -> None:
     """The few lines to read after a job, or --json for scripts.
 
@@ -373,7 +415,7 @@ def summary(
     with _errors():
         volume_params(model, layout)  # usage errors before any work
         try:
-            job = _open(sources)
+            job = _open(sources, scheduler=scheduler, dask_local=dask_local)
         except InputError as e:
             if json_:  # scripts get a valid document either way (never an empty file); the error still exits 1
                 out_.write_document(check_thresholds(empty_summary(e.line()), **limits))
@@ -511,6 +553,8 @@ def report(
              "section comparing this job with it (as 'nsys2comm diff BASE ...').")] = None,
     model: ModelOpt = None,
     layout: LayoutOpt = None,
+    scheduler: SchedulerOpt = None,
+    dask_local: DaskLocalOpt = None,
 ) -> None:
     """Write the self-contained HTML report of a job (charts and tables of the catalog analyses).
 
@@ -527,7 +571,7 @@ def report(
         volume_params(model, layout)  # usage errors before any work
         base_job = _open([baseline]) if baseline is not None else None
         try:
-            job = _open(sources)
+            job = _open(sources, scheduler=scheduler, dask_local=dask_local)
             path = job.report(output, png_dir=png_dir, svg_dir=svg_dir, baseline=base_job, model=model,
                               layout=layout)
             job.close()
@@ -553,6 +597,8 @@ def query(
     output: OutOpt = None,
     timeunit: TimeUnitOpt = None,
     relative: RelativeOpt = False,
+    scheduler: SchedulerOpt = None,
+    dask_local: DaskLocalOpt = None,
 ) -> None:
     """Run a documented catalog query and print its rows.
 
@@ -561,12 +607,13 @@ def query(
       nsys2comm query run.duckdb step_timeline -p max_segments=50 --format csv
       nsys2comm query fixtures/example run_overview -o overview.parquet
       nsys2comm query run.duckdb comm_kernels --timeunit us --relative
+      nsys2comm query /shared/job42/ overlap_by_rank --dask-local 4
     """
     with _errors():
         params = parse_params(param)
         out_.infer_format(fmt, output)  # usage errors before any work
         _check_query(name, params)
-        job = _open(sources)
+        job = _open(sources, scheduler=scheduler, dask_local=dask_local)
         df = job.query(name, **params)
         _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative)
         job.close()

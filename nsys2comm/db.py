@@ -124,15 +124,34 @@ def seal_read_only(con: duckdb.DuckDBPyConnection, allowed_paths: list[str] | tu
     con.execute("SET lock_configuration = true")
 
 
+# Writers (ingest, sql --write) hold a file's rows until its transaction commits and then run the resolution SQL:
+# bounded, they spill to a temp directory instead of growing with the trace (decoder processes run beside them).
+WRITER_MEMORY_LIMIT = "512MB"
+
+
+def _writer_temp_directory() -> str:
+    import os
+    import tempfile
+
+    d = os.path.join(tempfile.gettempdir(), "nsys2comm-duckdb-spill")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
 def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout_s: float = 60.0,
             memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Open a job database. ``path=None`` gives an in-memory job (writable; seal it with ``seal_read_only``).
 
     Read-only sessions are sealed (module docstring). Writers wait up to ``lock_timeout_s`` for another process
-    holding the file, then fail with a one-line error naming the database.
+    holding the file, then fail with a one-line error naming the database. Writers and in-memory jobs get
+    ``WRITER_MEMORY_LIMIT`` (unless ``memory_limit`` says otherwise) and spill beyond it: to ``<db>.tmp`` beside
+    a database file, to the system temp directory for an in-memory job.
     """
+    if memory_limit is None and (write or path is None):
+        memory_limit = WRITER_MEMORY_LIMIT
     config = dict(_NO_EXTENSIONS, **({"memory_limit": memory_limit} if memory_limit else {}))
     if path is None:
+        config["temp_directory"] = _writer_temp_directory()
         con = duckdb.connect(":memory:", config=config)
         catalog.install(con)
         return con

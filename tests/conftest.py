@@ -41,7 +41,7 @@ _SLOW = {"test_cache_property.py", "test_benchmark_smoke.py",
          "test_analyses.py::test_sweep_property", "test_latency.py::test_theil_sen_vs_brute_force",
          "test_kernel_names.py::test_sql_matches_oracle_on_generated_signatures"}
 _SUBPROCESS = {"test_api_scripts.py", "test_signals.py", "test_readonly.py", "test_cache.py",
-               "test_benchmark_smoke.py"}
+               "test_benchmark_smoke.py", "test_jobdir.py", "test_dask.py"}
 _BROWSER = {"test_report.py::test_report_renders_in_chromium", "test_report.py::test_hostile_names_show_as_text",
             "test_report.py::test_nav_fits_the_window", "test_diff.py::test_report_with_baseline_renders_in_chromium"}
 

@@ -20,6 +20,10 @@ def test_benchmark_smoke(tmp_path):
     assert {"kineto_ingest_2mb", "kineto_ingest_2ranks_x_2mb", "report_2ranks_x_2mb", "sqlite_scan_20000",
             "nsys_ingest_20000_kernels", "all_queries_nsys_20000"} <= set(steps)
     assert steps["kineto_ingest_2mb"]["rows"]["kernels"] > 0
+    # the real trace, tiled, plain and gzip: the same rows either way
+    tiled, tiled_gz = steps["tiled_ingest_3mb"], steps["tiled_ingest_3mb_gz"]
+    assert tiled["rows"]["kernels"] > 0 and tiled["rows"] == tiled_gz["rows"]
+    assert tiled["peak_rss_all_mb"] > 0
     assert steps["nsys_ingest_20000_kernels"]["rows"]["kernels"] == 20_000
     assert steps["report_2ranks_x_2mb"]["html_bytes"] < 2_000_000
     assert all(s["peak_rss_mb"] > 0 for s in res["steps"])

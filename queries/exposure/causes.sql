@@ -27,16 +27,17 @@
 -- comm_kernels.exposed_ns exactly. Computation = kernels whose class is_computation_class. Launches are the
 -- api_calls rows with the kernel's rank and correlation id (_exposure_launches).
 
--- @macro _exposure_launches
+-- @view _exposure_launches
 -- One launch call per (rank, correlation_id): the api_calls row with the earliest start (then the lowest call_id),
--- e.g. the runtime call rather than the driver call it makes.
+-- e.g. the runtime call rather than the driver call it makes. A view, so that ingest stores it with the other
+-- shared sweeps (nsys2comm.cache): four analyses read it, and its window over every API call dominated them.
 -- @column rank: Rank.
 -- @column correlation_id: Correlation id.
 -- @column pid: Process id of the launching thread (-1 when unknown).
 -- @column tid: Launching thread (NULL when unknown).
 -- @column launch_start_ns: Start of the launch call (ns).
 -- @column launch_end_ns: End of the launch call (ns): from then on the kernel is queued on its stream.
-CREATE OR REPLACE MACRO _exposure_launches() AS TABLE
+CREATE OR REPLACE VIEW _exposure_launches AS
 SELECT rank, correlation_id, coalesce(pid, -1) AS pid, tid, start_ns AS launch_start_ns, end_ns AS launch_end_ns
 FROM api_calls
 WHERE correlation_id IS NOT NULL
@@ -98,7 +99,7 @@ WITH ck AS (
 ), prev_pg AS (
   SELECT rank, pg_name, end_ns, kernel_id, collective FROM ck WHERE pg_name IS NOT NULL
 ), comm_ends AS (SELECT rank, end_ns, kernel_id FROM kernels WHERE kernel_class = 'communication'
-), launches AS (SELECT * FROM _exposure_launches()
+), launches AS (SELECT * FROM _exposure_launches
 ), steps AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _overlap_steps()
 ), e AS (
   SELECT ck.*, coalesce(sc.n, 0) AS stream_compute_kernels, w.wait_ns, w.last_arriving_rank,

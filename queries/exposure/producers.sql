@@ -40,13 +40,13 @@ WITH _exposure_ck AS (
   SELECT k.kernel_id, k.rank, k.start_ns, l.pid, l.tid,
          CASE WHEN l.tid IS NOT NULL THEN l.launch_start_ns END AS launch_start_ns  -- no thread: launch unknown
   FROM kernels k
-  LEFT JOIN _exposure_launches() l ON l.rank = k.rank AND l.correlation_id = k.correlation_id
+  LEFT JOIN _exposure_launches l ON l.rank = k.rank AND l.correlation_id = k.correlation_id
   WHERE k.kernel_class = 'communication'
 ), _exposure_gk AS (
   SELECT k.kernel_id, k.rank, k.start_ns, k.end_ns, l.pid, l.tid,
          CASE WHEN l.tid IS NOT NULL THEN l.launch_start_ns END AS launch_start_ns
   FROM kernels k
-  LEFT JOIN _exposure_launches() l ON l.rank = k.rank AND l.correlation_id = k.correlation_id
+  LEFT JOIN _exposure_launches l ON l.rank = k.rank AND l.correlation_id = k.correlation_id
   WHERE k.kernel_class = 'gemm'
 ), _exposure_by_launch AS (  -- the GEMM that runs last among those of one launch call
   SELECT rank, pid, tid, launch_start_ns, kernel_id FROM _exposure_gk

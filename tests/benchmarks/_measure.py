@@ -93,23 +93,30 @@ def sqlite_scan(path: str) -> dict:
     return {"seconds": time.perf_counter() - t, "rows": rows}
 
 
-def queries(db: str) -> dict:
-    """Every public table macro through the product path (analysis.run_query, after the shared timeline is
-    materialized once, as the report and summary do); the materialization counts in the total."""
-    from nsys2comm import analysis, cache, catalog
+def query_names() -> list[str]:
+    """Every public table macro a user can run without arguments (helpers that take a table name are left out)."""
+    from nsys2comm import catalog
+
+    return [o.name for o in catalog.public_queries() if o.is_table_macro and not o.required_params]
+
+
+def queries(db: str, names: list[str] | None = None) -> dict:
+    """Public table macros through the product path (analysis.run_query on a read-only session, which reads the
+    sweeps ingest stored); without ``names`` all of them in this one process, after the shared sweeps are
+    materialized once (as the report and summary do; the materialization counts in the total)."""
+    from nsys2comm import analysis, cache
     from nsys2comm import db as dbmod
 
     con = dbmod.connect(db)
     times = {}
-    t = time.perf_counter()
-    cache.materialize(con)
-    times["(materialize timeline)"] = time.perf_counter() - t
-    for obj in catalog.public_queries():
-        if not obj.is_table_macro or obj.required_params:  # helpers that take a table name
-            continue
+    if names is None:
         t = time.perf_counter()
-        analysis.run_query(con, obj.name, {})
-        times[obj.name] = time.perf_counter() - t
+        cache.materialize(con)
+        times["(materialize timeline)"] = time.perf_counter() - t
+    for name in names or query_names():
+        t = time.perf_counter()
+        analysis.run_query(con, name, {})
+        times[name] = time.perf_counter() - t
     return {"seconds": sum(times.values()), "per_query": times}
 
 

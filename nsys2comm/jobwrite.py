@@ -1,0 +1,233 @@
+"""Write traces into a Parquet job directory (``nsys2comm ingest TRACES --out DIR``; layout in :mod:`.jobdir`).
+
+Each trace goes through the ordinary importer pipeline (:func:`nsys2comm.ingest.ingest`) into an in-memory
+database, then every canonical table's rows of that file are written per rank as Parquet: to a temp file in the
+partition's own directory, then renamed (atomic on one file system), the ``files`` part last. Writers need no
+coordination: a file's parts carry its sha256 in their name, and its ids are its own:
+
+- ``file_id`` = the file's smallest rank + 1 (ranks are job-unique), so a job whose files hold one rank each,
+  ranks 0…N−1, gets the file ids of a DuckDB file ingested in rank order;
+- every id column (``kernel_id``, ``memop_id``, ``range_id``, ``call_id``) is ``file_id << 40 | row index``, as
+  in a DuckDB job database (ingest.base.ID_SHIFT).
+
+A file whose ``files`` part exists is skipped (re-ingest). A killed writer leaves temp files (never read); a
+later writer on the same host removes those whose process is gone, and any writer those older than a day.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from . import jobdir
+from .db import connect
+from .errors import InputError
+from .ingest import FileResult, detect, expand_paths, ingest, sha256_of
+from .ingest.base import ID_COLUMNS, ID_SHIFT, process_pool, stop_pool
+
+_MAX_FILE_ID = 1 << (63 - ID_SHIFT)  # ids are file_id << 40 | index and must stay within BIGINT
+_STALE_S = 24 * 3600  # temp files of other hosts older than this are a dead writer's
+_HOST = socket.gethostname().replace(".", "_")
+_con = None  # one in-memory pipeline per process (installing the catalog takes a second or two)
+
+
+def prepare(out: str | Path) -> Path:
+    """Create the job directory (or check an existing one) and remove dead writers' temp files."""
+    root = Path(out)
+    if root.exists() and not root.is_dir():
+        raise InputError("exists and is not a directory", path=str(root),
+                         hint="give a new or empty directory for a Parquet job, or --db FILE.duckdb")
+    if root.is_dir() and not jobdir.is_job_dir(root) and any(root.iterdir()):
+        raise InputError("is a directory but not an nsys2comm Parquet job", path=str(root),
+                         hint="give a new or empty directory, or one written by nsys2comm ingest --out")
+    root.mkdir(parents=True, exist_ok=True)
+    if jobdir.is_job_dir(root):
+        jobdir.check_marker(root)
+    else:
+        _atomic_write_text(root / jobdir.MARKER, jobdir.marker_text())  # every writer writes the same bytes
+    remove_stale_temps(root)
+    return root
+
+
+def _tmp_name(final: Path) -> Path:
+    return final.with_name(f".{final.name}.{_HOST}.{os.getpid()}.tmp")
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = _tmp_name(path)
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def remove_stale_temps(root: Path) -> list[str]:
+    """Temp files of writers that died: this host's whose process is gone, any host's older than a day."""
+    removed = []
+    now = time.time()
+    for tmp in root.glob("**/.*.tmp"):
+        parts = tmp.name.rsplit(".", 3)  # .NAME . HOST . PID . tmp
+        host, pid = (parts[1], parts[2]) if len(parts) == 4 else ("", "")
+        try:
+            dead = (host == _HOST and pid.isdigit() and not _alive(int(pid))) or now - tmp.stat().st_mtime > _STALE_S
+            if dead:
+                tmp.unlink()
+                removed.append(str(tmp))
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def committed(root: Path, sha: str) -> bool:
+    return any((root / jobdir.COMMIT_TABLE).glob(f"rank=*/{jobdir.part_name(sha)}"))
+
+
+def _pipeline():
+    global _con
+    if _con is None:
+        _con = connect(None)
+    return _con
+
+
+def write_one(path: str, out: str, rank: int | None = None, world_size: int | None = None,
+              read_extra: dict | None = None) -> FileResult:
+    """One trace into the job directory (the unit of work of a writer process). Raises InputError for a bad file."""
+    root = Path(out)
+    detect(Path(path))  # not a trace: fail before hashing
+    sha = sha256_of(Path(path))
+    if committed(root, sha):
+        return FileResult(path, "skipped", "already ingested")
+    con = _pipeline()
+    res = ingest(con, [path], rank=rank, world_size=world_size, keep_going=False, jobs=1, read_extra=read_extra)[0]
+    if res.status != "ingested":  # the same file twice in one process: its rows are gone already
+        return FileResult(path, "skipped", "already ingested")
+    try:
+        fid = _export(con, root, res.file_id, sha, path)
+    finally:
+        for table in jobdir.table_columns():
+            con.execute(f"DELETE FROM {table} WHERE file_id = ?", [res.file_id])
+    return FileResult(path, "ingested", "", fid, res.ranks)
+
+
+def _export(con, root: Path, f0: int, sha: str, path: str) -> int:
+    ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank", [f0]).fetchall()]
+    if not ranks:
+        raise InputError("holds no rank", path=path, hint="give --rank N")
+    fid = ranks[0] + 1
+    if not 0 < fid < _MAX_FILE_ID:
+        raise InputError(f"rank {ranks[0]} is too large for a Parquet job (file ids are the smallest rank + 1, "
+                         f"below {_MAX_FILE_ID})", path=path, hint="ingest it into a DuckDB file (--db FILE.duckdb)")
+    _check_rank_collisions(con, root, ranks, sha, path)
+    name = jobdir.part_name(sha)
+    for table in jobdir.table_columns():
+        if table == jobdir.COMMIT_TABLE:
+            continue
+        idc = ID_COLUMNS.get(table) or ("kernel_id" if table == "comm_ops" else None)
+        shift = f", {idc} - ({f0}::BIGINT << {ID_SHIFT}) + ({fid}::BIGINT << {ID_SHIFT}) AS {idc}" if idc else ""
+        select = f"SELECT * REPLACE ({fid}::INTEGER AS file_id{shift}) FROM {table} WHERE file_id = {f0}"
+        for (r,) in con.execute(f"SELECT DISTINCT rank FROM {table} WHERE file_id = ? ORDER BY rank", [f0]).fetchall():
+            cond = "rank IS NULL" if r is None else f"rank = {int(r)}"
+            _copy(con, f"{select} AND {cond}", root / table / jobdir.rank_dir(r) / name)
+    # the commit record, last: until it is renamed into place no reader sees this file's other parts
+    _copy(con, f"SELECT * REPLACE ({fid}::INTEGER AS file_id) FROM files WHERE file_id = {f0}",
+          root / jobdir.COMMIT_TABLE / jobdir.rank_dir(ranks[0]) / name)
+    return fid
+
+
+def _copy(con, select: str, final: Path) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(final)
+    try:
+        con.execute(f"COPY ({select}) TO '{str(tmp).replace(chr(39), chr(39) * 2)}' "
+                    "(FORMAT parquet, COMPRESSION zstd)")
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _check_rank_collisions(con, root: Path, ranks: list[int], sha: str, path: str) -> None:
+    """A rank already committed by another trace: refused as for a DuckDB file (the reader checks it too)."""
+    mine = jobdir.part_name(sha)
+    commits = {p.name for p in (root / jobdir.COMMIT_TABLE).glob("rank=*/part-*.parquet")}
+    for r in ranks:
+        d = root / "ranks" / jobdir.rank_dir(r)
+        other = sorted(p for p in d.glob("part-*.parquet") if p.name != mine and p.name in commits)
+        if other:
+            files_part = next((root / jobdir.COMMIT_TABLE).glob(f"rank=*/{other[0].name}"))
+            prior = con.execute("SELECT path FROM read_parquet(?)", [str(files_part)]).fetchone()[0]
+            raise InputError(f"rank {r} is already in this job directory (from {prior})", path=path,
+                             hint="traces of another job belong in another directory; give --rank N if the rank "
+                                  "was guessed")
+
+
+def write(paths: Iterable[str | Path], out: str | Path, *, rank: int | None = None, world_size: int | None = None,
+          keep_going: bool = False, jobs: int | None = None, on_file: Callable[[FileResult], None] | None = None,
+          read_extra: dict | None = None) -> list[FileResult]:
+    """Ingest traces into a Parquet job directory; one FileResult per file (ingested, skipped or failed).
+
+    ``jobs`` > 1 writes that many files at once (one process each). Without ``keep_going`` the first bad file
+    raises InputError; files written before it stay.
+    """
+    files = expand_paths(paths)
+    if rank is not None and len(files) > 1:
+        raise InputError("--rank applies to a single trace file", hint="ingest files one at a time to set their ranks")
+    root = prepare(out)
+    results: list[FileResult] = []
+    args = [(str(p), str(root), rank, world_size, read_extra) for p in files]
+
+    def done(path: str, res: FileResult | None, err: Exception | None) -> None:
+        if err is not None:
+            if not keep_going:
+                raise err
+            line = err.line() if isinstance(err, InputError) else f"{path}: failed to ingest ({type(err).__name__}: " \
+                                                                   f"{err})"
+            if isinstance(err, InputError) and err.path is None:
+                line = f"{path}: {line}"
+            res = FileResult(path, "failed", line)
+        results.append(res)
+        if on_file:
+            on_file(res)
+
+    _run_all(args, max(1, min(jobs or os.cpu_count() or 1, len(files))), done)
+    return results
+
+
+def _run_all(args: list[tuple], jobs: int, done) -> None:
+    """write_one over the files, in this process or in ``jobs`` processes; results in input order."""
+    if jobs == 1:
+        for a in args:
+            try:
+                res = write_one(*a)
+            except Exception as err:  # noqa: BLE001 - reported per file
+                done(a[0], None, err)
+                continue
+            done(a[0], res, None)
+        return
+    pool = process_pool(jobs)
+    try:
+        futures = [(a[0], pool.submit(write_one, *a)) for a in args]
+        for path, fut in futures:
+            try:
+                res = fut.result()
+            except Exception as err:  # noqa: BLE001
+                done(path, None, err)
+                continue
+            done(path, res, None)
+        pool.shutdown()
+    except BaseException:
+        stop_pool(pool)  # a failure or a signal: do not wait for the other files
+        raise
