@@ -2,7 +2,17 @@
 
 __version__ = "0.1.0"
 
-from .api import Job, diff, is_database, run_query  # noqa: E402  (public API; __version__ first: submodules read it)
-from .errors import InputError, Nsys2CommError, UsageError  # noqa: E402
+from .errors import InputError, Nsys2CommError, UsageError  # noqa: E402  (__version__ first: submodules read it)
+
+_API = ("Job", "diff", "is_database", "run_query")
+
+
+def __getattr__(name: str):
+    # the API (DuckDB, polars) loads on first use: trace decoder processes import nsys2comm.ingest and stay light
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'nsys2comm' has no attribute {name!r}")
 
 __all__ = ["Job", "diff", "is_database", "run_query", "InputError", "Nsys2CommError", "UsageError", "__version__"]

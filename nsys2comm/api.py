@@ -185,7 +185,9 @@ class Job:
             job.results = results
             return job
 
-        con = connect(db, write=True, lock_timeout_s=lock_timeout_s) if db is not None else connect(None)
+        # the catalog's macros and views are installed by ingest, while the first trace decodes
+        con = (connect(db, write=True, lock_timeout_s=lock_timeout_s, objects=False) if db is not None
+               else connect(None, objects=False))
         try:
             results = _ingest(con, [str(p) for p in paths], rank=rank, world_size=world_size,
                               keep_going=keep_going, jobs=jobs,

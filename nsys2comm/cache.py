@@ -31,9 +31,6 @@ writing transaction: the latter cannot see writes by other clients, and would st
 
 from __future__ import annotations
 
-import functools
-import hashlib
-
 import duckdb
 
 from . import catalog
@@ -48,11 +45,6 @@ _MATERIALIZABLE = {"_overlap_gpu_timeline": "_gpu_timeline_snapshot",
 _CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]
 
 
-@functools.cache
-def _catalog_digest() -> str:
-    return hashlib.sha256("\n".join(o.sql for o in catalog.load_catalog()).encode()).hexdigest()[:16]
-
-
 def content_key(con) -> str:
     """Fingerprint of everything the cached sweeps depend on: every canonical table's rows, and the catalog SQL."""
     tables = [o.name for o in catalog.load_catalog() if o.kind == "table"]
@@ -60,7 +52,7 @@ def content_key(con) -> str:
         f"SELECT {i} AS i, count(*) || ':' || coalesce(sum(hash(_t)), 0) AS k FROM {t} AS _t"
         for i, t in enumerate(tables))
     key = settle(con).execute(f"SELECT string_agg(k, ',' ORDER BY i) FROM ({parts})").fetchall()[0][0]
-    return f"{_catalog_digest()}|{key}"
+    return f"{catalog.digest()}|{key}"
 
 
 def _stored_key(con) -> str | None:

@@ -34,14 +34,7 @@ def settle(con):
 
 def _install_temp_objects(con: duckdb.DuckDBPyConnection) -> None:
     """Macros and views as TEMP objects: work on read-only databases and always match this package."""
-    for obj in catalog.load_catalog():
-        if obj.kind == "table":
-            continue
-        con.execute(obj.sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO", 1)
-                    .replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
-        if obj.has_view:
-            con.execute(obj.view_sql(temp=True))
-            catalog.comment_view(con, obj)
+    catalog.install(con, temp=True)
 
 
 def _check_is_job_db(con: duckdb.DuckDBPyConnection, path: str) -> None:
@@ -126,7 +119,7 @@ def seal_read_only(con: duckdb.DuckDBPyConnection, allowed_paths: list[str] | tu
 
 # Writers (ingest, sql --write) hold a file's rows until its transaction commits and then run the resolution SQL:
 # bounded, they spill to a temp directory instead of growing with the trace (decoder processes run beside them).
-WRITER_MEMORY_LIMIT = "512MB"
+WRITER_MEMORY_LIMIT = "256MB"
 
 
 def _writer_temp_directory() -> str:
@@ -139,13 +132,16 @@ def _writer_temp_directory() -> str:
 
 
 def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout_s: float = 60.0,
-            memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+            memory_limit: str | None = None, objects: bool = True) -> duckdb.DuckDBPyConnection:
     """Open a job database. ``path=None`` gives an in-memory job (writable; seal it with ``seal_read_only``).
 
     Read-only sessions are sealed (module docstring). Writers wait up to ``lock_timeout_s`` for another process
     holding the file, then fail with a one-line error naming the database. Writers and in-memory jobs get
     ``WRITER_MEMORY_LIMIT`` (unless ``memory_limit`` says otherwise) and spill beyond it: to ``<db>.tmp`` beside
     a database file, to the system temp directory for an in-memory job.
+
+    ``objects=False`` (writers and in-memory jobs): where the catalog is not installed yet, only the canonical
+    tables are created; the caller installs the macros and views (``ingest`` does, while the first file decodes).
     """
     if memory_limit is None and (write or path is None):
         memory_limit = WRITER_MEMORY_LIMIT
@@ -153,7 +149,7 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
     if path is None:
         config["temp_directory"] = _writer_temp_directory()
         con = duckdb.connect(":memory:", config=config)
-        catalog.install(con)
+        catalog.install(con, tables_only=not objects)
         return con
     path = str(path)
     check_db_path(path, write=write)
@@ -175,14 +171,16 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
     try:
         _check_is_job_db(con, path)
         if write:
-            catalog.install(con)  # helpers stay live: a writer never reads the stored sweeps
+            if not catalog.is_installed(con):
+                catalog.install(con, tables_only=not objects)  # helpers stay live: a writer never reads the cache
             return con
         if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'files'").fetchall()[0][0]:
             raise InputError("database has no nsys2comm tables", path=path,
                              hint="create it by ingesting traces into it (nsys2comm ingest, or Job.ingest)")
         own = str(Path(path).resolve())
         seal_read_only(con, [own, own + ".wal"])
-        _install_temp_objects(con)
+        if not catalog.is_installed(con):  # written by another nsys2comm, or changed by hand since
+            _install_temp_objects(con)
         from .cache import use_cache  # late: cache builds on this module
 
         use_cache(con)

@@ -97,7 +97,7 @@ def committed(root: Path, sha: str) -> bool:
 def _pipeline():
     global _con
     if _con is None:
-        _con = connect(None)
+        _con = connect(None, objects=False)  # ingest installs the macros while the first trace decodes
     return _con
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import analysis, cache, db
+from nsys2comm import analysis, cache, catalog, db
 from nsys2comm.ingest import ingest
 
 HTA_2RANK = Path("/work/shared/traces/kineto/hta_trace_filter_2rank")
@@ -134,7 +134,7 @@ def test_killed_ingest_leaves_no_stale_numbers_and_the_next_ingest_repairs(tmp_p
 def test_new_catalog_sql_invalidates(tmp_path, files, monkeypatch):
     path = tmp_path / "job.duckdb"
     _ingest(path, files)
-    monkeypatch.setattr(cache, "_catalog_digest", lambda: "another-version")
+    monkeypatch.setattr(catalog, "digest", lambda: "another-version")
     ro = db.connect(path)
     assert not _uses_cache(ro)
     ro.close()

@@ -550,7 +550,7 @@ def test_shell_completion_is_available():
     r = run("--help")
     assert "--install-completion" in r.stdout and "--show-completion" in r.stdout
     r = run("--show-completion", "bash")
-    assert r.exit_code == 0 and "_nsys2comm_completion" in r.stdout
+    assert r.exit_code == 0 and "_nsys2comm_completion" in r.stdout, (r.exit_code, r.output, repr(r.exception))
     env = {"_NSYS2COMM_COMPLETE": "complete_bash", "COMP_WORDS": "nsys2comm que", "COMP_CWORD": "1"}
     r = CliRunner().invoke(app, [], prog_name="nsys2comm", env=env)
     assert r.stdout.split() == ["query", "queries"]

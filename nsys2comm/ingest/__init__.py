@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import itertools
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from .. import catalog
 from ..errors import InputError
 from .base import ID_COLUMNS, Batch, ReadOptions, process_pool, stop_pool
 from .writer import insert_batch
@@ -144,8 +147,43 @@ def _joined(table: str, parts: list[pa.Table]) -> list[Batch]:
         return [Batch(table, p) for p in parts]
 
 
-def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str], None] | None) -> int:
+class _CatalogInstall:
+    """The catalog's macros and views installed on a cursor in a thread while the first file decodes: DuckDB
+    binds them for about 1 s with the GIL released. Waited for before the first transaction, which needs them
+    (a transaction sees only the catalog committed before it began)."""
+
+    def __init__(self, con):
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(con.cursor(),), name="nsys2comm-catalog",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, cursor) -> None:
+        try:
+            catalog.install(cursor)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            self.error = e
+        finally:
+            cursor.close()
+
+    def busy(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str], None] | None,
+                installing: _CatalogInstall | None = None) -> int:
     """One file, one transaction: either every row lands or none does."""
+    batches = _coalesce(batches)
+    early: list[Batch] = []
+    if installing is not None:
+        while installing.busy() and (batch := next(batches, None)) is not None:
+            early.append(batch)
+        installing.wait()
     con.execute("BEGIN TRANSACTION")
     try:
         file_id = con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchone()[0]
@@ -154,7 +192,7 @@ def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str
             [file_id, str(path.resolve()), sha if isinstance(sha, str) else f"pending:{file_id}",
              path.stat().st_size, mod.SOURCE, datetime.now(UTC).replace(tzinfo=None)])
         names: set[str] = set()
-        for batch in _coalesce(batches):
+        for batch in itertools.chain(early, batches):
             insert_batch(con, file_id, batch, names)
             if progress:
                 progress(batch.table)
@@ -215,22 +253,30 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
         ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank", [fid]).fetchall()]
         done(FileResult(str(path), "ingested", "", fid, ranks))
 
+    installing = None if catalog.is_installed(con) else _CatalogInstall(con)
     completed = terminated = False
     try:
-        _write_all(con, todo, options, jobs, record, fail, progress)
+        _write_all(con, todo, options, jobs, record, fail, progress, installing)
         completed = True
     except (SystemExit, KeyboardInterrupt):
         terminated = True  # a signal: leave at once; sessions compute what the cache would hold
         raise
     finally:
         hasher.shutdown(wait=not terminated, cancel_futures=True)
-        if not terminated and (completed or any(r.status == "ingested" for r in results)):
-            from ..cache import refresh_cache
-
-            # the shared sweeps, once per ingest rather than once per later session; a no-op while they match
-            # the data, and a repair after a killed ingest or an outside edit
-            refresh_cache(con)
+        if not terminated:
+            _complete(con, installing, completed or any(r.status == "ingested" for r in results))
     return results
+
+
+def _complete(con, installing: _CatalogInstall | None, wrote: bool) -> None:
+    if installing is not None:
+        installing.wait()
+    if wrote:
+        from ..cache import refresh_cache
+
+        # the shared sweeps, once per ingest rather than once per later session; a no-op while they match
+        # the data, and a repair after a killed ingest or an outside edit
+        refresh_cache(con)
 
 
 def _read_options(rank: int | None, world_size: int | None, extra: dict | None, n_files: int) -> ReadOptions:
@@ -274,11 +320,11 @@ def _identify(con, files: list[Path], done, fail, hasher) -> list[tuple[Path, st
     return todo
 
 
-def _write_all(con, todo, options, jobs, record, fail, progress) -> None:
+def _write_all(con, todo, options, jobs, record, fail, progress, installing) -> None:
     if jobs == 1 or len(todo) <= 1:
         for path, sha, mod in todo:
             try:
-                record(path, _write_file(con, path, sha, mod, mod.read(path, options), progress))
+                record(path, _write_file(con, path, sha, mod, mod.read(path, options), progress, installing))
             except Exception as err:  # noqa: BLE001
                 fail(path, err)
         return
@@ -295,7 +341,7 @@ def _write_all(con, todo, options, jobs, record, fail, progress) -> None:
         for (path, sha, mod), fut in zip(todo, futures, strict=True):  # input order: deterministic file ids
             try:
                 spooled = fut.result()
-                record(path, _write_file(con, path, sha, mod, _replay(spooled), progress))
+                record(path, _write_file(con, path, sha, mod, _replay(spooled), progress, installing))
             except Exception as err:  # noqa: BLE001
                 fail(path, err)
         pool.shutdown()

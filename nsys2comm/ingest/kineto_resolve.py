@@ -5,8 +5,6 @@ ingest_notes.
 
 from __future__ import annotations
 
-import duckdb
-
 from ..errors import InputError
 from .kineto_decode import HINT_BAD_VALUE
 
@@ -48,6 +46,8 @@ def _place_on_job_timeline(con, fid: int, rank: int) -> None:
             sets.append(f"rank = {rank}")
         if not sets:
             continue
+        import duckdb  # late: decoder workers import this module and must stay light (no DuckDB in them)
+
         try:
             con.execute(f"UPDATE {t} SET {', '.join(sets)} WHERE file_id = {fid}")
         except duckdb.OutOfRangeException:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -52,6 +51,8 @@ def insert_batch(con, file_id: int, batch: Batch, names: set[str] | None = None)
         exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
         con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
     finally:
+        import duckdb  # late: decoder workers import this package and must stay light (no DuckDB in them)
+
         with contextlib.suppress(duckdb.Error):  # an aborted transaction refuses even this; the first error counts
             con.unregister("_batch")
 
