@@ -106,7 +106,11 @@ def _real_trace(given: str | None) -> Path:
     return sorted(FALLBACK_TRACE.glob("*.json*"))[0]
 
 
-def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = None) -> dict:
+GROUPS = ("tiled", "kineto", "multi", "nsys", "queries")  # --only: the steps of a run, in order
+
+
+def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = None,
+        only: tuple[str, ...] = GROUPS) -> dict:
     source = source or _real_trace(None)
     cfg = SIZES[size]
     results: dict = {"size": size, "machine": {"cores": os.cpu_count()}, "steps": []}
@@ -119,9 +123,21 @@ def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = 
         print(f"  {name}: " + shown, flush=True)
         return res
 
-    _tiled(cfg["tiled_mb"], workdir, hta_python, source, add)
+    if "tiled" in only:
+        _tiled(cfg["tiled_mb"], workdir, hta_python, source, add)
+    if "kineto" in only:
+        _kineto(cfg, workdir, hta_python, add)
+    if "multi" in only:
+        _multi(cfg, workdir, add)
+    if "nsys" in only:
+        _nsys(cfg, workdir, add)
+    if "queries" in only:
+        _queries(size, cfg, workdir, add, results)
+    return results
 
-    # Kineto: one file per size, end-to-end parse -> DuckDB
+
+def _kineto(cfg: dict, workdir: Path, hta_python: str | None, add) -> None:
+    """One synthetic file per size, end-to-end parse -> DuckDB."""
     for mb in cfg["kineto_mb"]:
         f = workdir / f"kineto_{mb}mb" / "rank0.pt.trace.json"
         f.parent.mkdir(exist_ok=True)
@@ -137,7 +153,9 @@ def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = 
             add(f"hta_load_{mb}mb", h, input_mb=round(size_mb, 1), mb_per_s=round(size_mb / h["seconds"], 1),
                 ratio_vs_nsys2comm=round(h["seconds"] / r["seconds"], 1))
 
-    # Many files, one job: all cores
+
+def _multi(cfg: dict, workdir: Path, add) -> None:
+    """Many files, one job: all cores; then the report on that job."""
     n, mb = cfg["multi"]
     d = workdir / f"kineto_{n}x{mb}mb"
     d.mkdir(exist_ok=True)
@@ -152,7 +170,9 @@ def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = 
     rep = workdir / "report.html"
     add(f"report_{n}ranks_x_{mb}mb", measure("report", db=str(multi_db), out=str(rep)))
 
-    # nsys: importer vs a plain sqlite3 scan of the same rows
+
+def _nsys(cfg: dict, workdir: Path, add) -> None:
+    """nsys: importer vs a plain sqlite3 scan of the same rows."""
     for k in cfg["nsys_kernels"]:
         f = workdir / f"nsys_{k}.sqlite"
         _gen_nsys(f, k, 8)
@@ -164,6 +184,9 @@ def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = 
         add(f"nsys_ingest_{k}_kernels", r, rows_per_s=round(sum(r["rows"].values()) / r["seconds"]),
             speed_vs_sqlite_scan=round(base["seconds"] / r["seconds"], 2))
 
+
+def _queries(size: str, cfg: dict, workdir: Path, add, results: dict) -> None:
+    """Every public catalog query on the largest nsys job: all in one process, then a fresh process each."""
     qdb = str(workdir / f"{cfg['query_job']}.duckdb")
     q = measure("queries", db=qdb)
     add(f"all_queries_{cfg['query_job']}", q)
@@ -175,7 +198,6 @@ def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = 
         add(f"each_query_fresh_process_{cfg['query_job']}", {"seconds": sum(fresh.values()), "peak_rss_mb": 0},
             slowest=max(fresh, key=fresh.get), slowest_seconds=round(max(fresh.values()), 2))
         results["per_query_fresh_seconds"] = fresh
-    return results
 
 
 def main() -> None:
@@ -189,14 +211,20 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep generated traces and databases")
     ap.add_argument("--trace", help="real Kineto trace to tile for the side-by-side ingest run "
                                     "(default: ../shared/traces/kineto/hta_df_index_resolver)")
+    ap.add_argument("--only", default=",".join(GROUPS),
+                    help=f"comma-separated step groups to run, of {','.join(GROUPS)} (queries needs the nsys job "
+                         "of the same size in --workdir)")
     a = ap.parse_args()
+    only = tuple(g.strip() for g in a.only.split(",") if g.strip())
+    if not set(only) <= set(GROUPS):
+        ap.error(f"--only: unknown group(s) {sorted(set(only) - set(GROUPS))}; choose among {', '.join(GROUPS)}")
     work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="nsys2comm-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     hta_py = None if a.no_hta else find_hta_python(a.hta_python)
     print(f"nsys2comm benchmark, size={a.size}, workdir={work}, HTA={'yes' if hta_py else 'not installed'}", flush=True)
     t = time.perf_counter()
     try:
-        res = run(a.size, work, hta_py, _real_trace(a.trace))
+        res = run(a.size, work, hta_py, _real_trace(a.trace), only)
     finally:
         if not a.keep and not a.workdir:
             shutil.rmtree(work, ignore_errors=True)
