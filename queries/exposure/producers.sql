@@ -7,33 +7,15 @@
 -- Launches are read from api_calls: the call with the kernel's rank and correlation_id (the earliest one when
 -- several share it, e.g. a runtime call and the driver call inside it). All look-ups are ASOF joins.
 
--- @macro producer_links
--- One row per collective kernel (comm_kernels, send/recv/send_recv left out) with its producer GEMM:
--- 'same_thread_launch': the last GEMM kernel of the rank launched from the same CPU thread (pid, tid) as the
--- collective, by a launch call that started before the collective's launch call (ASOF on the launch start;
--- several GEMMs of one launch call, e.g. a CUDA graph, give the one that starts last);
--- 'nearest_gemm_on_gpu': when that finds nothing and launch information is missing, either for the collective
--- (no api_calls row, or one without a thread) or for the GEMM found instead, the last GEMM kernel of the rank that ended at or before the
--- collective's start (ASOF on the GEMM end; ties: the later start, then the higher kernel id);
--- 'none' (NULL producer) otherwise, e.g. a collective before any GEMM, or one whose launch thread launched no
--- earlier GEMM while the nearest GEMM on the GPU is known to come from another thread.
--- gap_ns = collective start − GEMM end; it is negative when the collective started while its producer still ran.
--- @column rank: Rank.
--- @column comm_kernel_id: Communication kernel id.
--- @column collective: Canonical collective ('unknown' without a comm_ops row).
--- @column msg_bytes: Size S (bytes), when known.
--- @column comm_start_ns: Collective kernel start (ns).
--- @column comm_duration_ns: Collective kernel duration (ns).
--- @column comm_exposed_ns: Part of the collective with no computation running (comm_kernels.exposed_ns, ns).
--- @column launch_tid: CPU thread that launched the collective, NULL when unknown.
+-- @view _exposure_producer_pick
+-- The producer GEMM of every communication kernel, by the rules of producer_links (which adds the kernels'
+-- columns). A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): its two windows and
+-- two ASOF joins over every GEMM dominated producer_links and serialised_pairs.
+-- @column kernel_id: Communication kernel id.
+-- @column tid: CPU thread that launched it, NULL when unknown.
 -- @column gemm_kernel_id: Producer GEMM kernel id, NULL when none.
--- @column gemm_short_name: Producer GEMM base name.
--- @column gemm_start_ns: Producer GEMM start (ns).
--- @column gemm_end_ns: Producer GEMM end (ns).
--- @column gemm_duration_ns: Producer GEMM duration (ns).
--- @column gap_ns: comm_start_ns − gemm_end_ns (ns); NULL without a producer.
 -- @column link_source: 'same_thread_launch', 'nearest_gemm_on_gpu' or 'none'.
-CREATE OR REPLACE MACRO producer_links() AS TABLE
+CREATE OR REPLACE VIEW _exposure_producer_pick AS
 WITH _exposure_ck AS (
   -- built on the kernels table itself (not on comm_kernels()) so that the planner's row estimate stays a table's:
   -- an ASOF join whose probe side is estimated tiny is rewritten into a nested loop
@@ -72,12 +54,41 @@ WITH _exposure_ck AS (
               ELSE 'none' END AS link_source
   FROM _exposure_link
 )
+SELECT kernel_id, tid, gemm_kernel_id, link_source FROM _exposure_pick;
+
+-- @macro producer_links
+-- One row per collective kernel (comm_kernels, send/recv/send_recv left out) with its producer GEMM:
+-- 'same_thread_launch': the last GEMM kernel of the rank launched from the same CPU thread (pid, tid) as the
+-- collective, by a launch call that started before the collective's launch call (ASOF on the launch start;
+-- several GEMMs of one launch call, e.g. a CUDA graph, give the one that starts last);
+-- 'nearest_gemm_on_gpu': when that finds nothing and launch information is missing, either for the collective
+-- (no api_calls row, or one without a thread) or for the GEMM found instead, the last GEMM kernel of the rank that ended at or before the
+-- collective's start (ASOF on the GEMM end; ties: the later start, then the higher kernel id);
+-- 'none' (NULL producer) otherwise, e.g. a collective before any GEMM, or one whose launch thread launched no
+-- earlier GEMM while the nearest GEMM on the GPU is known to come from another thread.
+-- gap_ns = collective start − GEMM end; it is negative when the collective started while its producer still ran.
+-- @column rank: Rank.
+-- @column comm_kernel_id: Communication kernel id.
+-- @column collective: Canonical collective ('unknown' without a comm_ops row).
+-- @column msg_bytes: Size S (bytes), when known.
+-- @column comm_start_ns: Collective kernel start (ns).
+-- @column comm_duration_ns: Collective kernel duration (ns).
+-- @column comm_exposed_ns: Part of the collective with no computation running (comm_kernels.exposed_ns, ns).
+-- @column launch_tid: CPU thread that launched the collective, NULL when unknown.
+-- @column gemm_kernel_id: Producer GEMM kernel id, NULL when none.
+-- @column gemm_short_name: Producer GEMM base name.
+-- @column gemm_start_ns: Producer GEMM start (ns).
+-- @column gemm_end_ns: Producer GEMM end (ns).
+-- @column gemm_duration_ns: Producer GEMM duration (ns).
+-- @column gap_ns: comm_start_ns − gemm_end_ns (ns); NULL without a producer.
+-- @column link_source: 'same_thread_launch', 'nearest_gemm_on_gpu' or 'none'.
+CREATE OR REPLACE MACRO producer_links() AS TABLE
 SELECT c.rank, c.kernel_id AS comm_kernel_id, c.collective, c.msg_bytes, c.start_ns AS comm_start_ns,
        c.duration_ns AS comm_duration_ns, c.exposed_ns AS comm_exposed_ns, l.tid AS launch_tid, l.gemm_kernel_id,
        g.short_name AS gemm_short_name, g.start_ns AS gemm_start_ns, g.end_ns AS gemm_end_ns,
        g.end_ns - g.start_ns AS gemm_duration_ns, c.start_ns - g.end_ns AS gap_ns, l.link_source
 FROM comm_kernels() c
-JOIN _exposure_pick l USING (kernel_id)
+JOIN _exposure_producer_pick l USING (kernel_id)
 LEFT JOIN kernels g ON g.kernel_id = l.gemm_kernel_id
 WHERE c.collective NOT IN ('send', 'recv', 'send_recv')
 ORDER BY c.rank, c.start_ns, c.kernel_id;
