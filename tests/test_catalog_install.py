@@ -90,3 +90,22 @@ def test_decoder_processes_import_neither_duckdb_nor_polars():
             "print(sorted(m for m in ('duckdb', 'polars', 'altair') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_signal_while_the_catalog_installs_leaves_a_connection_that_closes(tmp_path, traces, monkeypatch):
+    """SIGTERM arrives as SystemExit: ingest must not leave the install thread inside DuckDB, or closing the
+    connection is refused ("busy") and the process aborts at exit."""
+    import nsys2comm.ingest as ingest_mod
+
+    busy = []
+
+    def interrupted(con, todo, options, jobs, record, fail, progress, installing):
+        busy.append(installing is not None and installing.busy())
+        raise SystemExit(143)
+
+    monkeypatch.setattr(ingest_mod, "_write_all", interrupted)
+    con = db.connect(tmp_path / "job.duckdb", write=True, objects=False)
+    with pytest.raises(SystemExit):
+        ingest_mod.ingest(con, traces, jobs=1)
+    assert busy == [True]  # the install was still running when the signal came
+    con.close()  # refused while the install thread is inside DuckDB

@@ -154,7 +154,8 @@ class _CatalogInstall:
 
     def __init__(self, con):
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(con.cursor(),), name="nsys2comm-catalog",
+        self._cursor = con.cursor()
+        self._thread = threading.Thread(target=self._run, args=(self._cursor,), name="nsys2comm-catalog",
                                         daemon=True)
         self._thread.start()
 
@@ -173,6 +174,13 @@ class _CatalogInstall:
         self._thread.join()
         if self.error is not None:
             raise self.error
+
+    def stop(self) -> None:
+        """Interrupt and join: the connection refuses to close while the cursor is busy, and a thread still
+        inside DuckDB at interpreter exit aborts the process."""
+        if self._thread.is_alive():
+            self._cursor.interrupt()
+        self._thread.join()
 
 
 def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str], None] | None,
@@ -263,12 +271,16 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
         raise
     finally:
         hasher.shutdown(wait=not terminated, cancel_futures=True)
-        if not terminated:
-            _complete(con, installing, completed or any(r.status == "ingested" for r in results))
+        _complete(con, installing, terminated=terminated,
+                  wrote=completed or any(r.status == "ingested" for r in results))
     return results
 
 
-def _complete(con, installing: _CatalogInstall | None, wrote: bool) -> None:
+def _complete(con, installing: _CatalogInstall | None, *, terminated: bool, wrote: bool) -> None:
+    if terminated:  # a signal: leave at once, with no thread left inside DuckDB
+        if installing is not None:
+            installing.stop()
+        return
     if installing is not None:
         installing.wait()
     if wrote:
