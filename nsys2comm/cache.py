@@ -9,8 +9,8 @@ prepared-statement parameters (never pasted into the SQL text). ``check_query`` 
 ``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the GPU timeline (behind
 overlap_by_rank, time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind
 comm_kernels, comm_overlap_by_collective and top_comm_kernels), the cross-rank matching (behind
-collective_skew and rank_wait), the launch lookup and the producer-GEMM links (behind the exposure analyses), so a
-caller running several analyses pays for each sweep once. The snapshot does not follow later ingests: call
+collective_skew and rank_wait), the launch lookup, the producer-GEMM links and the GEMMs' communication coverage
+(behind the exposure analyses), so a caller running several analyses pays for each sweep once. The snapshot does not follow later ingests: call
 ``materialize`` again (or ``unmaterialize``) after changing the data.
 
 ``refresh_cache(con)`` stores the same sweeps in the job database (``_cache_*`` tables) together with the
@@ -41,7 +41,8 @@ _MATERIALIZABLE = {"_overlap_gpu_timeline": "_gpu_timeline_snapshot",
                    "_overlap_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
                    "_skew_ops": "_skew_ops_snapshot",
                    "_exposure_launches": "_exposure_launches_snapshot",
-                   "_exposure_producer_pick": "_exposure_producer_pick_snapshot"}
+                   "_exposure_producer_pick": "_exposure_producer_pick_snapshot",
+                   "_exposure_gemm_coverage": "_exposure_gemm_coverage_snapshot"}
 
 _CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]
 

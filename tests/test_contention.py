@@ -209,8 +209,7 @@ def test_comm_contention_busbw_and_slowdown():
 
 
 def test_exposure_objects_pass_the_catalog_lint():
-    """The rules of test_catalog_lint, applied to this issue's objects (the lint's AREAS does not list
-    'exposure' yet)."""
+    """The rules of test_catalog_lint, applied to this issue's objects, plus their naming rules."""
     con = duckdb.connect()
     catalog.install(con)
     objs = [o for o in catalog.load_catalog() if o.area == "exposure" and o.path.name in MY_FILES]
@@ -218,7 +217,8 @@ def test_exposure_objects_pass_the_catalog_lint():
                                                   "serialised_pairs"}
     for o in objs:
         lint.test_documented(o)
-        lint.test_columns_match_and_units(con, o)
+        if o.is_table_macro or o.kind == "view":  # the lint's own selection: scalar macros have no columns
+            lint.test_columns_match_and_units(con, o)
         assert o.public or o.name.startswith("_exposure_"), o.name
         if o.public:
             assert o.has_view and not o.required_params, o.name

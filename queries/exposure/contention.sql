@@ -16,22 +16,47 @@
 -- Per group: slowdown_pct = 100 × (median_overlapped / median_alone − 1) and
 -- lost_ns = Σ over the overlapped samples of (duration − median_alone).
 
+-- @macro _exposure_window
+-- The step window of a kernel from the ordinal of its rank's step that holds it: 0 for every kernel when the job
+-- has no steps at all (one window), else that ordinal (NULL outside every step, or on a rank without steps).
+-- @param rank_step_ord: Ordinal of the kernel's rank's step holding the kernel's start, NULL when none.
+CREATE OR REPLACE MACRO _exposure_window(rank_step_ord) AS
+  CASE WHEN NOT (SELECT count(*) > 0 FROM _overlap_steps()) THEN 0 ELSE rank_step_ord END;
+
 -- @macro _exposure_kernel_window
--- Step window of every kernel: the ordinal of the step (_overlap_steps) of the kernel's rank whose CPU range
--- [step_start_ns, step_end_ns) holds the kernel's start (ASOF lookup of the last step started, no range join);
--- 0 for every kernel when the job has no steps; NULL for a kernel outside every step of a job that has steps.
+-- Step window of every kernel (_exposure_window): the ordinal of the step (_overlap_steps) of the kernel's rank
+-- whose CPU range [step_start_ns, step_end_ns) holds the kernel's start (ASOF lookup of the last step started,
+-- no range join); 0 for every kernel when the job has no steps; NULL for a kernel outside every step of a job
+-- that has steps.
 -- @column kernel_id: Kernel id.
 -- @column window_ord: Step ordinal (the same ordinal on every rank is one window), 0 without steps, NULL outside steps.
 CREATE OR REPLACE MACRO _exposure_kernel_window() AS TABLE
-WITH _exposure_st AS (
-  SELECT rank, step_ord, step_start_ns, step_end_ns FROM _overlap_steps()
-), _exposure_has_steps AS (
-  SELECT count(*) > 0 AS on_ FROM _exposure_st
+SELECT k.kernel_id, _exposure_window(CASE WHEN k.start_ns < s.step_end_ns THEN s.step_ord END) AS window_ord
+FROM kernels k ASOF LEFT JOIN _overlap_steps() s ON k.rank = s.rank AND k.start_ns >= s.step_start_ns;
+
+-- @view _exposure_gemm_coverage
+-- Every GEMM kernel (kernel_class 'gemm', positive duration) with how much of it ran while communication ran on
+-- its rank (intervals_covered_ns of the kernel by the union of the rank's communication kernels) and the step of
+-- its rank that holds its start. A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache):
+-- the sweep over every GEMM dominated gemm_contention and serialised_pairs. Each row depends on its rank's rows
+-- only (the job-wide "no steps at all" rule is _exposure_window's, applied when it is read).
+-- @column kernel_id: GEMM kernel id.
+-- @column rank_step_ord: Ordinal of the rank's step (_overlap_steps) whose range holds the kernel's start, NULL when none.
+-- @column comm_covered_ns: Part of the kernel during which a communication kernel ran on the rank (ns).
+CREATE OR REPLACE VIEW _exposure_gemm_coverage AS
+WITH _exposure_comm_iv AS (
+  SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE kernel_class = 'communication'
+), _exposure_gemm_probe AS (
+  SELECT rank AS grp, kernel_id AS probe_id, start_ns, end_ns FROM kernels
+  WHERE kernel_class = 'gemm' AND end_ns > start_ns
+), _exposure_cov AS (
+  SELECT probe_id AS kernel_id, covered_ns FROM intervals_covered_ns('_exposure_comm_iv', '_exposure_gemm_probe')
 )
-SELECT k.kernel_id,
-       CASE WHEN NOT (SELECT on_ FROM _exposure_has_steps) THEN 0
-            WHEN k.start_ns < s.step_end_ns THEN s.step_ord END AS window_ord
-FROM kernels k ASOF LEFT JOIN _exposure_st s ON k.rank = s.rank AND k.start_ns >= s.step_start_ns;
+SELECT p.probe_id AS kernel_id, CASE WHEN p.start_ns < s.step_end_ns THEN s.step_ord END AS rank_step_ord,
+       c.covered_ns AS comm_covered_ns
+FROM _exposure_gemm_probe p
+JOIN _exposure_cov c ON c.kernel_id = p.probe_id
+ASOF LEFT JOIN _overlap_steps() s ON p.grp = s.rank AND p.start_ns >= s.step_start_ns;
 
 -- @macro _exposure_gemm_samples
 -- Every GEMM kernel (kernel_class 'gemm', positive duration) with how much of it ran while communication ran
@@ -55,22 +80,15 @@ FROM kernels k ASOF LEFT JOIN _exposure_st s ON k.rank = s.rank AND k.start_ns >
 -- @column comm_covered_ns: Part of the kernel during which a communication kernel ran on the rank (ns).
 -- @column sample: 'alone', 'overlapped' or 'partial'.
 CREATE OR REPLACE MACRO _exposure_gemm_samples(overlapped_min_pct) AS TABLE
-WITH _exposure_comm_iv AS (
-  SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE kernel_class = 'communication'
-), _exposure_gemm_probe AS (
-  SELECT rank AS grp, kernel_id AS probe_id, start_ns, end_ns FROM kernels
-  WHERE kernel_class = 'gemm' AND end_ns > start_ns
-), _exposure_cov AS (
-  SELECT probe_id AS kernel_id, covered_ns FROM intervals_covered_ns('_exposure_comm_iv', '_exposure_gemm_probe')
-)
-SELECT k.kernel_id, k.rank, w.window_ord, k.short_name, k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y,
-       k.block_z, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns, c.covered_ns AS comm_covered_ns,
-       CASE WHEN c.covered_ns = 0 THEN 'alone'
-            WHEN 100 * c.covered_ns >= overlapped_min_pct * (k.end_ns - k.start_ns) THEN 'overlapped'
+SELECT k.kernel_id, k.rank, _exposure_window(g.rank_step_ord) AS window_ord, k.short_name, k.grid_x, k.grid_y,
+       k.grid_z, k.block_x, k.block_y, k.block_z, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns,
+       g.comm_covered_ns,
+       CASE WHEN g.comm_covered_ns = 0 THEN 'alone'
+            WHEN 100 * g.comm_covered_ns >= overlapped_min_pct * (k.end_ns - k.start_ns) THEN 'overlapped'
             ELSE 'partial' END AS sample
 FROM kernels k
-JOIN _exposure_cov c USING (kernel_id)
-JOIN _exposure_kernel_window() w USING (kernel_id);
+JOIN _exposure_gemm_coverage g USING (kernel_id)
+WHERE k.kernel_class = 'gemm';
 
 -- @macro _exposure_comm_samples
 -- Every communication kernel of positive duration (comm_kernels) with its sample: 'alone' when no computation
