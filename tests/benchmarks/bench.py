@@ -1,12 +1,14 @@
 """Benchmark harness: synthetic jobs at scale, ingest MB/s and rows/s, peak RSS, query and report times.
 
     python -m tests.benchmarks.bench --size smoke|medium|full [--out bench-results/bench.json]
-        [--hta-python /path/to/venv/bin/python] [--workdir DIR] [--keep]
+        [--hta-python /path/to/venv/bin/python] [--no-hta] [--workdir DIR] [--keep]
+        [--only tiled,kineto,multi,nsys,queries] [--trace REAL_TRACE]
 
 Sizes: smoke (CI: seconds), medium (Kineto 100 MB, nsys 1M kernels), full (Kineto 100 MB / 1 GB / 2 GB per rank,
 8 ranks x 1 GB, nsys 1M and 10M kernels). Every step runs in its own process so its peak RSS is its own.
 HolisticTraceAnalysis, when a python with it installed is given (or found in ../hta-venv), loads the same
-100 MB trace in the same run and the ratio is printed. Not part of the default test run.
+files (the tiled real trace, the 100 MB synthetic one) in the same run and the ratio is printed. Generated traces
+in --workdir are reused by later runs. Not part of the default test run (tests/test_benchmark_smoke.py runs smoke).
 """
 
 from __future__ import annotations
