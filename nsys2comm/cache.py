@@ -10,8 +10,8 @@ prepared-statement parameters (never pasted into the SQL text). ``check_query`` 
 overlap_by_rank, time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind
 comm_kernels, comm_overlap_by_collective and top_comm_kernels), the cross-rank matching (behind
 collective_skew and rank_wait), the launch lookup, the producer-GEMM links and the GEMMs' communication coverage
-(behind the exposure analyses), so a caller running several analyses pays for each sweep once. The snapshot does not follow later ingests: call
-``materialize`` again (or ``unmaterialize``) after changing the data.
+(behind the exposure analyses), so a caller running several analyses pays for each sweep once. The snapshot does
+not follow later ingests: call ``materialize`` again (or ``unmaterialize``) after changing the data.
 
 ``refresh_cache(con)`` stores the same sweeps in the job database (``_cache_*`` tables) together with the
 content key of the data they were computed from; ``use_cache(con)``, called by ``db.connect`` for read-only
