@@ -8,10 +8,11 @@ prepared-statement parameters (never pasted into the SQL text). ``check_query`` 
 
 ``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the GPU timeline (behind
 overlap_by_rank, time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind
-comm_kernels, comm_overlap_by_collective and top_comm_kernels), the cross-rank matching (behind
-collective_skew and rank_wait), the launch lookup, the producer-GEMM links and the GEMMs' communication coverage
-(behind the exposure analyses), so a caller running several analyses pays for each sweep once. The snapshot does
-not follow later ingests: call ``materialize`` again (or ``unmaterialize``) after changing the data.
+comm_kernels, comm_overlap_by_collective and top_comm_kernels), the cross-rank matching and its instances (behind
+collective_skew, rank_wait, comm_transfer and the latency model), the launch lookup, the producer-GEMM links, the
+GEMMs' communication coverage and the evidence behind each exposed communication kernel's causes (behind the
+exposure analyses), so a caller running several analyses pays for each sweep once. The snapshot does not follow
+later ingests: call ``materialize`` again (or ``unmaterialize``) after changing the data.
 
 ``refresh_cache(con)`` stores the same sweeps in the job database (``_cache_*`` tables) together with the
 content key of the data they were computed from; ``use_cache(con)``, called by ``db.connect`` for read-only
@@ -34,15 +35,17 @@ from __future__ import annotations
 import duckdb
 
 from . import catalog
-from .db import settle
+from .db import settle, sweep_memory_limit
 
 # helper views whose snapshot may replace the live computation: view name -> snapshot table
 _MATERIALIZABLE = {"_overlap_gpu_timeline": "_gpu_timeline_snapshot",
                    "_overlap_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
                    "_skew_ops": "_skew_ops_snapshot",
+                   "_skew_comm_instances": "_skew_comm_instances_snapshot",
                    "_exposure_launches": "_exposure_launches_snapshot",
                    "_exposure_producer_pick": "_exposure_producer_pick_snapshot",
-                   "_exposure_gemm_coverage": "_exposure_gemm_coverage_snapshot"}
+                   "_exposure_gemm_coverage": "_exposure_gemm_coverage_snapshot",
+                   "_exposure_kernel_evidence": "_exposure_kernel_evidence_snapshot"}
 
 _CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]
 
@@ -85,6 +88,8 @@ def refresh_cache(con) -> bool:
     if path is None or read_only:
         return False
     _restore_live(con)
+    writer_limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    con.execute(f"SET memory_limit = '{sweep_memory_limit()}'")
     con.execute("BEGIN TRANSACTION")
     try:
         key = content_key(con)
@@ -93,6 +98,8 @@ def refresh_cache(con) -> bool:
             return False
         for view in _MATERIALIZABLE:
             con.execute(f"CREATE OR REPLACE TABLE _cache{view} AS SELECT * FROM {view}")
+            # later sweeps read this one from the table just written (same transaction, same data), not again
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM _cache{view}")
         con.execute("CREATE OR REPLACE TABLE _cache_key AS SELECT ?::VARCHAR AS content_key", [key])
         con.execute("DROP TABLE IF EXISTS _cache_fingerprint")  # the key of older versions
         con.execute("COMMIT")
@@ -100,6 +107,9 @@ def refresh_cache(con) -> bool:
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    finally:
+        _restore_live(con)  # a writable session computes live (use_cache)
+        con.execute(f"SET memory_limit = '{writer_limit}'")
 
 
 def drop_cache(con) -> None:

@@ -18,7 +18,8 @@ from nsys2comm import analysis, cache, catalog, db
 from nsys2comm.ingest import ingest
 
 HTA_2RANK = Path("/work/shared/traces/kineto/hta_trace_filter_2rank")
-NAMES = ("overlap_by_rank", "time_breakdown_by_rank", "comm_kernels", "collective_skew")
+NAMES = ("overlap_by_rank", "time_breakdown_by_rank", "comm_kernels", "collective_skew", "exposed_comm_by_kernel",
+         "exposed_comm_causes", "gemm_contention", "latency_model")
 
 
 def _frames(con) -> dict:
@@ -77,6 +78,19 @@ def test_writable_session_never_reads_the_cache(tmp_path, files):
     rw.execute("DELETE FROM kernels WHERE kernel_class = 'gemm'")
     assert analysis.run_query(rw, "overlap_by_rank")["gemm_ns"].to_list() == [0, 0, 0]
     rw.close()
+
+
+def test_the_writer_computes_live_after_its_refresh(tmp_path, files):
+    """The refresh reads each stored sweep back for the next one: afterwards the writer's helpers are live again."""
+    path = tmp_path / "job.duckdb"
+    con = db.connect(path, write=True)
+    ingest(con, files, jobs=1)
+    shadows = con.execute("SELECT view_name FROM duckdb_views() WHERE temporary AND list_contains(?, view_name)",
+                          [list(cache._MATERIALIZABLE)]).fetchall()
+    assert shadows == []
+    con.execute("DELETE FROM kernels WHERE kernel_class = 'gemm'")
+    assert analysis.run_query(con, "gemm_contention").height == 0
+    con.close()
 
 
 def test_plain_duckdb_edit_makes_the_cache_unused(tmp_path, files):

@@ -43,13 +43,11 @@ FROM api_calls
 WHERE correlation_id IS NOT NULL
 QUALIFY row_number() OVER (PARTITION BY rank, correlation_id ORDER BY start_ns, call_id) = 1;
 
--- @macro exposed_comm_by_kernel
--- The attribution itself (causes and their order in the description of queries/exposure): one row per
--- communication kernel and cause with exposed time, with the evidence for it. A kernel has at most two rows: its
--- 'arrival_skew' part and one cause for the rest.
--- @param right_after_ns: Tolerance for "starts right after" (ns): a kernel queued behind another, or waiting on
--- this collective, starts within this time of the end it waited for. Default 10 µs: GPU-side gaps between queued
--- kernels are 1–5 µs, while a kernel launched only after the end waits a launch call plus its GPU latency.
+-- @view _exposure_kernel_evidence
+-- The evidence behind the attribution, one row per communication kernel with exposed time: everything
+-- exposed_comm_by_kernel decides on that does not depend on its right_after_ns. A view, so that ingest stores it
+-- with the other shared sweeps (nsys2comm.cache): its lookups over every kernel of the job (the computation union
+-- under the skew windows, the next computation kernel, the last communication end) cost seconds per million kernels.
 -- @column kernel_id: Communication kernel (comm_kernels.kernel_id).
 -- @column rank: Rank.
 -- @column step_ord: Step (_overlap_steps) whose window contains the kernel's start; NULL outside steps.
@@ -57,24 +55,24 @@ QUALIFY row_number() OVER (PARTITION BY rank, correlation_id ORDER BY start_ns, 
 -- @column stream_id: Stream of the kernel.
 -- @column start_ns: Kernel start (ns).
 -- @column end_ns: Kernel end (ns).
--- @column kernel_exposed_ns: comm_kernels.exposed_ns of the kernel (ns).
--- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
--- 'nothing_to_overlap' or 'unattributed'.
--- @column exposed_ns: Exposed time attributed to this cause (ns).
--- @column stream_compute_kernels: Computation kernels on the kernel's stream (evidence for 'serialised_stream').
+-- @column exposed_ns: comm_kernels.exposed_ns of the kernel (ns).
+-- @column skew_exposed_ns: Exposed part of the kernel's wait window [start, start + min(wait_ns, duration)) (ns).
+-- @column stream_compute_kernels: Computation kernels on the kernel's stream.
 -- @column wait_ns: Time the rank waited for the last-arriving rank (ns); NULL when not matched on >= 2 ranks.
 -- @column last_arriving_rank: Rank that arrived last in the kernel's matched instance, when matched.
 -- @column queued_behind_kernel_id: Communication kernel on the same stream or communicator that ended last before
 -- this one started, when any.
 -- @column queued_behind_collective: Its collective.
 -- @column queued_gap_ns: This kernel's start − that kernel's end (ns).
+-- @column launch_start_ns: Start of this kernel's launch call (ns), when known.
 -- @column launch_end_ns: End of this kernel's launch call (ns), when known.
 -- @column next_compute_kernel_id: First computation kernel of the rank starting at or after this kernel's end.
--- @column next_compute_gap_ns: Its start − this kernel's end (ns).
+-- @column next_compute_start_ns: Its start (ns).
 -- @column next_compute_launch_end_ns: End of its launch call (ns), when known.
 -- @column waited_for_kernel_id: The communication kernel of the rank that ended last at or before the next
--- computation kernel's start (this kernel or a later one): what a 'dependency_wait' waited for.
-CREATE OR REPLACE MACRO exposed_comm_by_kernel(right_after_ns := 10000) AS TABLE
+-- computation kernel's start (this kernel or a later one).
+-- @column waited_for_end_ns: Its end (ns).
+CREATE OR REPLACE VIEW _exposure_kernel_evidence AS
 WITH ck AS (
   SELECT c.kernel_id, c.rank, c.device_id, c.stream_id, c.start_ns, c.end_ns, c.duration_ns, c.collective,
          c.pg_name, c.exposed_ns, k.correlation_id
@@ -121,7 +119,7 @@ WITH ck AS (
   ASOF LEFT JOIN prev_pg pp ON pp.rank = ck.rank AND pp.pg_name = ck.pg_name AND pp.end_ns <= ck.start_ns
   WHERE ck.exposed_ns > 0
 ), n AS (
-  SELECT e.*, nc.kernel_id AS next_compute_kernel_id, nc.start_ns AS nc_start, nc.start_ns - e.end_ns AS next_compute_gap_ns,
+  SELECT e.*, nc.kernel_id AS next_compute_kernel_id, nc.start_ns AS nc_start,
          nl.launch_end_ns AS next_compute_launch_end_ns, st.step_ord AS st_ord, st.step_end_ns AS st_end,
          ce.kernel_id AS waited_for_kernel_id, ce.end_ns AS waited_for_end_ns
   FROM e
@@ -129,30 +127,70 @@ WITH ck AS (
   LEFT JOIN launches nl ON nl.rank = nc.rank AND nl.correlation_id = nc.correlation_id
   ASOF LEFT JOIN comm_ends ce ON ce.rank = nc.rank AND ce.end_ns <= nc.start_ns
   ASOF LEFT JOIN steps st ON st.rank = e.rank AND st.step_start_ns <= e.start_ns
-), c AS (
-  SELECT n.*,
+)
+SELECT kernel_id, rank, CASE WHEN start_ns < st_end THEN st_ord END AS step_ord, collective, stream_id, start_ns,
+       end_ns, exposed_ns, CAST(skew_exposed_ns AS BIGINT) AS skew_exposed_ns,
+       CAST(stream_compute_kernels AS BIGINT) AS stream_compute_kernels, wait_ns, last_arriving_rank,
+       queued_behind_kernel_id, queued_behind_collective, queued_gap_ns, launch_start_ns, launch_end_ns,
+       next_compute_kernel_id, nc_start AS next_compute_start_ns, next_compute_launch_end_ns, waited_for_kernel_id,
+       waited_for_end_ns
+FROM n;
+
+-- @macro exposed_comm_by_kernel
+-- The attribution itself (causes and their order in the description of queries/exposure): one row per
+-- communication kernel and cause with exposed time, with the evidence for it. A kernel has at most two rows: its
+-- 'arrival_skew' part and one cause for the rest.
+-- @param right_after_ns: Tolerance for "starts right after" (ns): a kernel queued behind another, or waiting on
+-- this collective, starts within this time of the end it waited for. Default 10 µs: GPU-side gaps between queued
+-- kernels are 1–5 µs, while a kernel launched only after the end waits a launch call plus its GPU latency.
+-- @column kernel_id: Communication kernel (comm_kernels.kernel_id).
+-- @column rank: Rank.
+-- @column step_ord: Step (_overlap_steps) whose window contains the kernel's start; NULL outside steps.
+-- @column collective: Canonical collective ('unknown' when no comm_ops row).
+-- @column stream_id: Stream of the kernel.
+-- @column start_ns: Kernel start (ns).
+-- @column end_ns: Kernel end (ns).
+-- @column kernel_exposed_ns: comm_kernels.exposed_ns of the kernel (ns).
+-- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
+-- 'nothing_to_overlap' or 'unattributed'.
+-- @column exposed_ns: Exposed time attributed to this cause (ns).
+-- @column stream_compute_kernels: Computation kernels on the kernel's stream (evidence for 'serialised_stream').
+-- @column wait_ns: Time the rank waited for the last-arriving rank (ns); NULL when not matched on >= 2 ranks.
+-- @column last_arriving_rank: Rank that arrived last in the kernel's matched instance, when matched.
+-- @column queued_behind_kernel_id: Communication kernel on the same stream or communicator that ended last before
+-- this one started, when any.
+-- @column queued_behind_collective: Its collective.
+-- @column queued_gap_ns: This kernel's start − that kernel's end (ns).
+-- @column launch_end_ns: End of this kernel's launch call (ns), when known.
+-- @column next_compute_kernel_id: First computation kernel of the rank starting at or after this kernel's end.
+-- @column next_compute_gap_ns: Its start − this kernel's end (ns).
+-- @column next_compute_launch_end_ns: End of its launch call (ns), when known.
+-- @column waited_for_kernel_id: The communication kernel of the rank that ended last at or before the next
+-- computation kernel's start (this kernel or a later one): what a 'dependency_wait' waited for.
+CREATE OR REPLACE MACRO exposed_comm_by_kernel(right_after_ns := 10000) AS TABLE
+WITH c AS (
+  SELECT e.*,
     CASE WHEN stream_compute_kernels > 0 THEN 'serialised_stream'
          WHEN queued_gap_ns <= right_after_ns
               AND (launch_start_ns IS NULL OR launch_start_ns < start_ns - queued_gap_ns) THEN 'serialised_communicators'
          WHEN next_compute_kernel_id IS NULL THEN 'nothing_to_overlap'
          WHEN next_compute_launch_end_ns IS NOT NULL AND next_compute_launch_end_ns > end_ns THEN 'nothing_to_overlap'
-         WHEN nc_start - waited_for_end_ns <= right_after_ns
+         WHEN next_compute_start_ns - waited_for_end_ns <= right_after_ns
               AND (next_compute_launch_end_ns IS NULL OR next_compute_launch_end_ns <= waited_for_end_ns)
            THEN 'dependency_wait'
          WHEN next_compute_launch_end_ns IS NULL THEN 'nothing_to_overlap'
          ELSE 'unattributed' END AS rest_cause,
     CASE WHEN stream_compute_kernels > 0 THEN 0 ELSE skew_exposed_ns END AS skew_ns
-  FROM n
+  FROM _exposure_kernel_evidence e
 ), rows_ AS (
   SELECT c.*, 'arrival_skew' AS cause, skew_ns AS part_ns FROM c WHERE skew_ns > 0
   UNION ALL
   SELECT c.*, rest_cause, exposed_ns - skew_ns FROM c WHERE exposed_ns - skew_ns > 0
 )
-SELECT kernel_id, rank, CASE WHEN start_ns < st_end THEN st_ord END AS step_ord, collective, stream_id, start_ns,
-       end_ns, exposed_ns AS kernel_exposed_ns, cause, CAST(part_ns AS BIGINT) AS exposed_ns,
-       CAST(stream_compute_kernels AS BIGINT) AS stream_compute_kernels, wait_ns, last_arriving_rank,
+SELECT kernel_id, rank, step_ord, collective, stream_id, start_ns, end_ns, exposed_ns AS kernel_exposed_ns, cause,
+       CAST(part_ns AS BIGINT) AS exposed_ns, stream_compute_kernels, wait_ns, last_arriving_rank,
        queued_behind_kernel_id, queued_behind_collective, queued_gap_ns, launch_end_ns, next_compute_kernel_id,
-       next_compute_gap_ns, next_compute_launch_end_ns, waited_for_kernel_id
+       next_compute_start_ns - end_ns AS next_compute_gap_ns, next_compute_launch_end_ns, waited_for_kernel_id
 FROM rows_
 ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 

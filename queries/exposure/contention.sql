@@ -24,15 +24,17 @@ CREATE OR REPLACE MACRO _exposure_window(rank_step_ord) AS
   CASE WHEN NOT (SELECT count(*) > 0 FROM _overlap_steps()) THEN 0 ELSE rank_step_ord END;
 
 -- @macro _exposure_kernel_window
--- Step window of every kernel (_exposure_window): the ordinal of the step (_overlap_steps) of the kernel's rank
--- whose CPU range [step_start_ns, step_end_ns) holds the kernel's start (ASOF lookup of the last step started,
--- no range join); 0 for every kernel when the job has no steps; NULL for a kernel outside every step of a job
--- that has steps.
+-- Step window of every kernel of one class (_exposure_window): the ordinal of the step (_overlap_steps) of the
+-- kernel's rank whose CPU range [step_start_ns, step_end_ns) holds the kernel's start (ASOF lookup of the last step
+-- started, no range join); 0 for every kernel when the job has no steps; NULL for a kernel outside every step of a
+-- job that has steps.
+-- @param class_: kernel_class of the kernels wanted (the lookup reads those kernels only).
 -- @column kernel_id: Kernel id.
 -- @column window_ord: Step ordinal (the same ordinal on every rank is one window), 0 without steps, NULL outside steps.
-CREATE OR REPLACE MACRO _exposure_kernel_window() AS TABLE
+CREATE OR REPLACE MACRO _exposure_kernel_window(class_) AS TABLE
 SELECT k.kernel_id, _exposure_window(CASE WHEN k.start_ns < s.step_end_ns THEN s.step_ord END) AS window_ord
-FROM kernels k ASOF LEFT JOIN _overlap_steps() s ON k.rank = s.rank AND k.start_ns >= s.step_start_ns;
+FROM (SELECT kernel_id, rank, start_ns FROM kernels WHERE kernel_class = class_) k
+ASOF LEFT JOIN _overlap_steps() s ON k.rank = s.rank AND k.start_ns >= s.step_start_ns;
 
 -- @view _exposure_gemm_coverage
 -- Every GEMM kernel (kernel_class 'gemm', positive duration) with how much of it ran while communication ran on
@@ -112,7 +114,7 @@ SELECT c.kernel_id, c.rank, w.window_ord, c.collective, c.msg_bytes, c.group_siz
             WHEN 100 * c.overlapped_by_compute_ns >= overlapped_min_pct * c.duration_ns THEN 'overlapped'
             ELSE 'partial' END AS sample
 FROM comm_kernels() c
-JOIN _exposure_kernel_window() w USING (kernel_id)
+JOIN _exposure_kernel_window('communication') w USING (kernel_id)
 LEFT JOIN collective_bandwidth_by_op() b USING (kernel_id)
 WHERE c.duration_ns > 0;
 

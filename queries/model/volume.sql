@@ -1,6 +1,7 @@
 -- @include overlap/timeline.sql
 -- @include model/layout.sql
 -- @include model/formulas.sql
+-- @include exposure/causes.sql
 -- Expected against measured communication volume per step (Anthony et al. 2024; formulas: model/formulas.sql).
 --
 -- Measured bytes follow the formulas' convention: nccl-tests' size S (comm_ops.msg_bytes; for a fused send_recv
@@ -13,16 +14,16 @@
 -- operations outside every step of a job with steps are left out.
 
 -- @macro _model_op_steps
--- Step window of every communication operation: the ordinal of the step (_overlap_steps) of its rank whose CPU range holds
--- the operation's launch call (api_calls, same rank and correlation id), or its kernel start when no launch call
--- is known; 1 for every operation when the job has no steps; NULL outside every step of a job with steps.
+-- Step window of every communication operation: the ordinal of the step (_overlap_steps) of its rank whose CPU
+-- range holds the operation's launch call (_exposure_launches: same rank and correlation id), or its kernel start
+-- when no launch call is known; 1 for every operation when the job has no steps; NULL outside every step of a job
+-- with steps.
 -- @column kernel_id: Communication kernel (comm_ops.kernel_id).
 -- @column step_ord: Step ordinal, 1 without steps, NULL outside steps.
 CREATE OR REPLACE MACRO _model_op_steps() AS TABLE
 WITH st AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _overlap_steps()),
 has AS (SELECT count(*) > 0 AS on_ FROM st),
-launch AS (
-  SELECT rank, correlation_id, min(start_ns) AS l_ns FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY ALL
+launch AS (SELECT rank, correlation_id, launch_start_ns AS l_ns FROM _exposure_launches
 ), k AS (
   SELECT o.kernel_id, o.rank, coalesce(l.l_ns, k.start_ns) AS t
   FROM comm_ops o JOIN kernels k USING (kernel_id)
