@@ -6,13 +6,14 @@ the kind of the parameter's default (a count, a number, one of the quoted choice
 prepared-statement parameters (never pasted into the SQL text). ``check_query`` does the checks alone; they raise
 :class:`UsageError` naming the query or parameter, in words that fit the Python API (the CLI adds its hints).
 
-``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the GPU timeline (behind
-overlap_by_rank, time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind
-comm_kernels, comm_overlap_by_collective and top_comm_kernels), the cross-rank matching and its instances (behind
-collective_skew, rank_wait, comm_transfer and the latency model), the launch lookup, the producer-GEMM links, the
-GEMMs' communication coverage and the evidence behind each exposed communication kernel's causes (behind the
-exposure analyses), so a caller running several analyses pays for each sweep once. The snapshot does not follow
-later ingests: call ``materialize`` again (or ``unmaterialize``) after changing the data.
+``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the GPU timeline (behind overlap_by_rank,
+time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind comm_kernels,
+comm_overlap_by_collective and top_comm_kernels), the cross-rank matching and its instances (behind collective_skew,
+rank_wait, comm_transfer and the latency model), the launch lookup, the producer-GEMM links, the GEMMs'
+communication coverage and the evidence behind each exposed communication kernel's causes (behind the exposure
+analyses), and every operation's process group (behind parallel_layout and volume_check), so a caller running
+several analyses pays for each sweep once. The snapshot does not follow later ingests: call ``materialize`` again
+(or ``unmaterialize``) after changing the data.
 
 ``refresh_cache(con)`` stores the same sweeps in the job database (``_cache_*`` tables) together with the
 content key of the data they were computed from; ``use_cache(con)``, called by ``db.connect`` for read-only
@@ -45,7 +46,8 @@ _MATERIALIZABLE = {"_overlap_gpu_timeline": "_gpu_timeline_snapshot",
                    "_exposure_launches": "_exposure_launches_snapshot",
                    "_exposure_producer_pick": "_exposure_producer_pick_snapshot",
                    "_exposure_gemm_coverage": "_exposure_gemm_coverage_snapshot",
-                   "_exposure_kernel_evidence": "_exposure_kernel_evidence_snapshot"}
+                   "_exposure_kernel_evidence": "_exposure_kernel_evidence_snapshot",
+                   "_model_group_records": "_model_group_records_snapshot"}
 
 _CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]
 

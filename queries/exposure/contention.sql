@@ -154,13 +154,14 @@ WITH _exposure_in AS (
          {'collective': collective, 'msg_bytes': msg_bytes, 'group_size': group_size},
          window_ord, duration_ns, sample, busbw_gbps
   FROM _exposure_comm_samples(overlapped_min_pct) WHERE sample_kind = 'comm'
+), _exposure_u AS (  -- the used windows: a group-by, then a join (a window partitioned by struct keys cost 2x)
+  SELECT gemm_shape, comm_group, window_ord FROM _exposure_in WHERE window_ord IS NOT NULL
+  GROUP BY ALL HAVING bool_or(sample = 'alone') AND bool_or(sample = 'overlapped')
 ), _exposure_s AS (
-  SELECT gemm_shape, comm_group, window_ord, duration_ns, sample, val,
-         -- bool_or over an unordered window: a FILTERed count here costs ~100x (DuckDB 2.0, 450k rows)
-         bool_or(sample = 'alone') OVER w AND bool_or(sample = 'overlapped') OVER w
-           AND window_ord IS NOT NULL AS used
-  FROM _exposure_in
-  WINDOW w AS (PARTITION BY gemm_shape, comm_group, window_ord)
+  SELECT i.gemm_shape, i.comm_group, i.window_ord, i.duration_ns, i.sample, i.val, u.window_ord IS NOT NULL AS used
+  FROM _exposure_in i LEFT JOIN _exposure_u u
+    ON i.gemm_shape IS NOT DISTINCT FROM u.gemm_shape AND i.comm_group IS NOT DISTINCT FROM u.comm_group
+       AND i.window_ord = u.window_ord
 ), _exposure_g AS (
   SELECT gemm_shape, comm_group, count(*) AS kernels, count(*) FILTER (WHERE sample = 'partial') AS partial_samples,
          count(DISTINCT window_ord) FILTER (WHERE used) AS windows,

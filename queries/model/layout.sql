@@ -73,11 +73,12 @@ CREATE OR REPLACE MACRO _model_stride(r) AS
 CREATE OR REPLACE MACRO _model_grid_group(r0, n, s) AS
   list_transform(generate_series(0, n - 1), lambda j: CAST(r0 - ((r0 // s) % n) * s + j * s AS BIGINT));
 
--- @macro _model_group_records
+-- @view _model_group_records
 -- Every communication operation (comm_ops) and every declared process group (process_groups) with the group it
 -- belongs to: group_key = pg_name and the group's member ranks when recorded (on the record itself, or on another
 -- record of the same pg_name that lists the rank), else pg_name and '?' (members: the ranks seen using it);
--- operations without a group name are keyed by their group size.
+-- operations without a group name are keyed by their group size. A view, so that ingest stores it with the other
+-- shared sweeps (nsys2comm.cache): parallel_layout, parallel_degrees and volume_check each read it several times.
 -- @column kernel_id: Communication kernel (comm_ops.kernel_id); NULL for a declared group.
 -- @column rank: Rank of the operation, or that declares the group.
 -- @column collective: Canonical collective; NULL for a declared group.
@@ -88,7 +89,7 @@ CREATE OR REPLACE MACRO _model_grid_group(r0, n, s) AS
 -- @column peer_rank: Point-to-point peer, when known.
 -- @column members: Recorded member ranks (sorted), NULL when no record lists them.
 -- @column group_key: Identity of the group (see description).
-CREATE OR REPLACE MACRO _model_group_records() AS TABLE
+CREATE OR REPLACE VIEW _model_group_records AS
 WITH recs AS (
   SELECT row_number() OVER (ORDER BY kernel_id NULLS LAST, rank, pg_name) AS rec_id, * FROM (
     SELECT kernel_id, rank, collective, nullif(pg_name, '') AS pg_name, nullif(pg_desc, '') AS pg_desc, group_size,
@@ -131,7 +132,7 @@ QUALIFY row_number() OVER (PARTITION BY r.rec_id ORDER BY len(k.rec_members), ar
 -- @column collectives: Operations per collective, most first ('all_reduce ×24, all_to_all ×40'), NULL without traffic.
 -- @column name_kind: Kind its description names (_model_kind_from_desc), NULL when none.
 CREATE OR REPLACE MACRO _model_groups() AS TABLE
-WITH rec AS (SELECT * FROM _model_group_records()),
+WITH rec AS (SELECT * FROM _model_group_records),
 job AS (SELECT coalesce(max(world_size), count(*)) AS world FROM ranks),
 g AS (
   SELECT group_key, any_value(pg_name) AS pg_name, mode(pg_desc) AS pg_desc, any_value(members) AS members,
@@ -305,7 +306,7 @@ lay AS (
 ), world AS (SELECT coalesce(max(world_size), count(*)) AS n FROM ranks),
 p2p AS (  -- send/recv on groups that are not pipeline groups: the stage distance k is the most common |peer - rank|
   SELECT mode(abs(r.peer_rank - r.rank)) AS k, count(*) AS n_ops
-  FROM _model_group_records() r JOIN gk USING (group_key)
+  FROM _model_group_records r JOIN gk USING (group_key)
   WHERE r.collective IN ('send', 'recv', 'send_recv') AND r.peer_rank IS NOT NULL AND r.peer_rank <> r.rank
     AND gk.kind <> 'pp'
 ), p2p_pipes AS (

@@ -127,7 +127,7 @@ ops AS (  -- every operation with its step and kind, send_recv split into what i
               ELSE coalesce(g.kind, 'unknown') END AS kind,
          CASE WHEN r.collective = 'send_recv' AND x.coll = 'send' THEN o.in_bytes
               WHEN r.collective = 'send_recv' THEN o.out_bytes ELSE o.msg_bytes END AS op_bytes
-  FROM _model_group_records() r
+  FROM _model_group_records r
   JOIN comm_ops o ON o.kernel_id = r.kernel_id
   JOIN _model_op_steps() s ON s.kernel_id = r.kernel_id
   LEFT JOIN gk g ON g.group_key = r.group_key
