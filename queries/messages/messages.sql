@@ -4,6 +4,14 @@
 -- durations on each rank, so they include time spent waiting for late peers (see collective_skew for latency).
 -- Size buckets are powers of two: [2^k, 2^(k+1)) bytes, bucket_lo_bytes = 0 for empty messages.
 
+-- @macro _messages_bucket_lo
+-- Lower bound of the power-of-two size bucket of a message (bytes): 2^floor(log2(bytes)), 0 for empty messages,
+-- NULL when the size is unknown.
+-- @param msg_bytes: Size S (bytes).
+CREATE OR REPLACE MACRO _messages_bucket_lo(msg_bytes) AS
+  CASE WHEN msg_bytes IS NULL THEN NULL WHEN msg_bytes <= 0 THEN 0
+       ELSE CAST(1 AS BIGINT) << CAST(floor(log2(msg_bytes)) AS INTEGER) END;
+
 -- @macro _messages_comm_sized
 -- Communication operations with their kernel duration and power-of-two size bucket.
 -- @column kernel_id: Kernel id.
@@ -20,8 +28,7 @@ CREATE OR REPLACE MACRO _messages_comm_sized() AS TABLE
 SELECT o.kernel_id, o.rank, o.collective, o.msg_bytes, o.group_size,
        coalesce(o.group_source = 'assumed_world_size', false) AS group_size_assumed, o.peer_rank, k.start_ns,
        greatest(k.end_ns - k.start_ns, 0) AS duration_ns,
-       CASE WHEN o.msg_bytes IS NULL THEN NULL WHEN o.msg_bytes <= 0 THEN 0
-            ELSE CAST(1 AS BIGINT) << CAST(floor(log2(o.msg_bytes)) AS INTEGER) END AS bucket_lo_bytes
+       _messages_bucket_lo(o.msg_bytes) AS bucket_lo_bytes
 FROM comm_ops o JOIN kernels k USING (kernel_id);
 
 -- @macro msg_size_histogram
@@ -93,12 +100,13 @@ ORDER BY rank, start_ns, kernel_id;
 -- @column median_busbw_gbps: Median per-operation bus bandwidth (GB/s).
 -- @column max_busbw_gbps: Maximum per-operation bus bandwidth (GB/s).
 CREATE OR REPLACE MACRO collective_bandwidth() AS TABLE
-SELECT c.collective, c.group_size, c.group_size_assumed, s.bucket_lo_bytes,
-       CASE WHEN s.bucket_lo_bytes = 0 THEN 1 ELSE s.bucket_lo_bytes * 2 END AS bucket_hi_bytes,
+WITH c AS (SELECT *, _messages_bucket_lo(msg_bytes) AS bucket_lo_bytes FROM collective_bandwidth_by_op())
+SELECT c.collective, c.group_size, c.group_size_assumed, c.bucket_lo_bytes,
+       CASE WHEN c.bucket_lo_bytes = 0 THEN 1 ELSE c.bucket_lo_bytes * 2 END AS bucket_hi_bytes,
        count(*) AS ops, CAST(sum(c.msg_bytes) AS BIGINT) AS total_bytes, CAST(sum(c.duration_ns) AS BIGINT) AS total_ns,
        (sum(c.msg_bytes) / nullif(sum(c.duration_ns), 0))::DOUBLE AS algbw_gbps,
        (sum(c.msg_bytes) / nullif(sum(c.duration_ns), 0) * any_value(c.busbw_factor))::DOUBLE AS busbw_gbps,
        median(c.busbw_gbps)::DOUBLE AS median_busbw_gbps, max(c.busbw_gbps)::DOUBLE AS max_busbw_gbps
-FROM collective_bandwidth_by_op() c JOIN _messages_comm_sized() s USING (kernel_id)
-GROUP BY c.collective, c.group_size, c.group_size_assumed, s.bucket_lo_bytes
-ORDER BY c.collective, c.group_size NULLS LAST, c.group_size_assumed, s.bucket_lo_bytes;
+FROM c
+GROUP BY c.collective, c.group_size, c.group_size_assumed, c.bucket_lo_bytes
+ORDER BY c.collective, c.group_size NULLS LAST, c.group_size_assumed, c.bucket_lo_bytes;

@@ -41,9 +41,11 @@ ORDER BY comm_ns DESC, collective;
 -- @column n_names: Distinct full kernel names in the group.
 -- @column top_name: Full name with the most total time in the group (ties: first in name order; untrusted trace text).
 CREATE OR REPLACE MACRO top_comm_kernels(n := 25) AS TABLE
-WITH per_name AS (
-  SELECT c.short_name, c.collective, k.name, sum(c.duration_ns) AS name_ns
-  FROM comm_kernels() c JOIN kernels k USING (kernel_id) GROUP BY ALL
+WITH x AS MATERIALIZED (  -- comm_kernels once for both aggregations
+  SELECT c.short_name, c.collective, c.rank, c.duration_ns, c.exposed_ns, c.msg_bytes, k.name
+  FROM comm_kernels() c JOIN kernels k USING (kernel_id)
+), per_name AS (
+  SELECT short_name, collective, name, sum(duration_ns) AS name_ns FROM x GROUP BY ALL
 ), names AS (
   SELECT short_name, collective, count(*) AS n_names, first(name ORDER BY name_ns DESC, name) AS top_name
   FROM per_name GROUP BY ALL
@@ -51,7 +53,7 @@ WITH per_name AS (
   SELECT short_name, collective, count(*) AS calls, count(DISTINCT rank) AS ranks, sum(duration_ns) AS total_ns,
          avg(duration_ns) AS mean_ns, max(duration_ns) AS max_ns, sum(exposed_ns) AS exposed_ns,
          median(msg_bytes) AS median_msg_bytes
-  FROM comm_kernels() GROUP BY short_name, collective
+  FROM x GROUP BY short_name, collective
 )
 SELECT short_name, collective, calls, ranks, CAST(total_ns AS BIGINT) AS total_ns,
        CAST(round(mean_ns) AS BIGINT) AS mean_ns, CAST(max_ns AS BIGINT) AS max_ns,
