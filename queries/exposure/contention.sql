@@ -37,28 +37,42 @@ FROM (SELECT kernel_id, rank, start_ns FROM kernels WHERE kernel_class = class_)
 ASOF LEFT JOIN _overlap_steps() s ON k.rank = s.rank AND k.start_ns >= s.step_start_ns;
 
 -- @view _exposure_gemm_coverage
--- Every GEMM kernel (kernel_class 'gemm', positive duration) with how much of it ran while communication ran on
--- its rank (intervals_covered_ns of the kernel by the union of the rank's communication kernels) and the step of
--- its rank that holds its start. A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache):
--- the sweep over every GEMM dominated gemm_contention and serialised_pairs. Each row depends on its rank's rows
--- only (the job-wide "no steps at all" rule is _exposure_window's, applied when it is read).
+-- Every GEMM kernel (kernel_class 'gemm', positive duration) with its shape, how much of it ran while communication
+-- ran on its rank (intervals_covered_ns of the kernel by the union of the rank's communication kernels) and the
+-- step of its rank that holds its start. A view, so that ingest stores it with the other shared sweeps
+-- (nsys2comm.cache): the sweep over every GEMM, and the join back to the kernels, dominated gemm_contention and
+-- serialised_pairs. Each row depends on its rank's rows only (the job-wide "no steps at all" rule is
+-- _exposure_window's, applied when it is read).
 -- @column kernel_id: GEMM kernel id.
+-- @column rank: Rank.
+-- @column short_name: Kernel base name.
+-- @column grid_x: Grid size, x.
+-- @column grid_y: Grid size, y.
+-- @column grid_z: Grid size, z.
+-- @column block_x: Block size, x.
+-- @column block_y: Block size, y.
+-- @column block_z: Block size, z.
+-- @column start_ns: Kernel start (ns).
+-- @column end_ns: Kernel end (ns).
 -- @column rank_step_ord: Ordinal of the rank's step (_overlap_steps) whose range holds the kernel's start, NULL when none.
 -- @column comm_covered_ns: Part of the kernel during which a communication kernel ran on the rank (ns).
 CREATE OR REPLACE VIEW _exposure_gemm_coverage AS
 WITH _exposure_comm_iv AS (
   SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE kernel_class = 'communication'
+), _exposure_gemm AS (
+  SELECT kernel_id, rank, short_name, grid_x, grid_y, grid_z, block_x, block_y, block_z, start_ns, end_ns
+  FROM kernels WHERE kernel_class = 'gemm' AND end_ns > start_ns
 ), _exposure_gemm_probe AS (
-  SELECT rank AS grp, kernel_id AS probe_id, start_ns, end_ns FROM kernels
-  WHERE kernel_class = 'gemm' AND end_ns > start_ns
+  SELECT rank AS grp, kernel_id AS probe_id, start_ns, end_ns FROM _exposure_gemm
 ), _exposure_cov AS (
   SELECT probe_id AS kernel_id, covered_ns FROM intervals_covered_ns('_exposure_comm_iv', '_exposure_gemm_probe')
 )
-SELECT p.probe_id AS kernel_id, CASE WHEN p.start_ns < s.step_end_ns THEN s.step_ord END AS rank_step_ord,
+SELECT g.kernel_id, g.rank, g.short_name, g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z,
+       g.start_ns, g.end_ns, CASE WHEN g.start_ns < s.step_end_ns THEN s.step_ord END AS rank_step_ord,
        c.covered_ns AS comm_covered_ns
-FROM _exposure_gemm_probe p
-JOIN _exposure_cov c ON c.kernel_id = p.probe_id
-ASOF LEFT JOIN _overlap_steps() s ON p.grp = s.rank AND p.start_ns >= s.step_start_ns;
+FROM _exposure_gemm g
+JOIN _exposure_cov c USING (kernel_id)
+ASOF LEFT JOIN _overlap_steps() s ON g.rank = s.rank AND g.start_ns >= s.step_start_ns;
 
 -- @macro _exposure_gemm_samples
 -- Every GEMM kernel (kernel_class 'gemm', positive duration) with how much of it ran while communication ran
@@ -82,20 +96,17 @@ ASOF LEFT JOIN _overlap_steps() s ON p.grp = s.rank AND p.start_ns >= s.step_sta
 -- @column comm_covered_ns: Part of the kernel during which a communication kernel ran on the rank (ns).
 -- @column sample: 'alone', 'overlapped' or 'partial'.
 CREATE OR REPLACE MACRO _exposure_gemm_samples(overlapped_min_pct) AS TABLE
-SELECT k.kernel_id, k.rank, _exposure_window(g.rank_step_ord) AS window_ord, k.short_name, k.grid_x, k.grid_y,
-       k.grid_z, k.block_x, k.block_y, k.block_z, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns,
-       g.comm_covered_ns,
-       CASE WHEN g.comm_covered_ns = 0 THEN 'alone'
-            WHEN 100 * g.comm_covered_ns >= overlapped_min_pct * (k.end_ns - k.start_ns) THEN 'overlapped'
+SELECT kernel_id, rank, _exposure_window(rank_step_ord) AS window_ord, short_name, grid_x, grid_y, grid_z, block_x,
+       block_y, block_z, start_ns, end_ns, end_ns - start_ns AS duration_ns, comm_covered_ns,
+       CASE WHEN comm_covered_ns = 0 THEN 'alone'
+            WHEN 100 * comm_covered_ns >= overlapped_min_pct * (end_ns - start_ns) THEN 'overlapped'
             ELSE 'partial' END AS sample
-FROM kernels k
-JOIN _exposure_gemm_coverage g USING (kernel_id)
-WHERE k.kernel_class = 'gemm';
+FROM _exposure_gemm_coverage;
 
 -- @macro _exposure_comm_samples
 -- Every communication kernel of positive duration (comm_kernels) with its sample: 'alone' when no computation
 -- ran on its rank during it (overlapped_by_compute_ns = 0), 'overlapped' when 100 × overlapped_by_compute_ns >=
--- overlapped_min_pct × duration_ns, else 'partial'; and its bus bandwidth (collective_bandwidth_by_op).
+-- overlapped_min_pct × duration_ns, else 'partial'; and its bus bandwidth (_messages_busbw_gbps).
 -- @param overlapped_min_pct: Share of the kernel (%) that computation must cover for an 'overlapped' sample.
 -- @column kernel_id: Communication kernel id.
 -- @column rank: Rank.
@@ -105,17 +116,18 @@ WHERE k.kernel_class = 'gemm';
 -- @column group_size: Ranks in the communicator, when known.
 -- @column duration_ns: Kernel duration (ns).
 -- @column compute_covered_ns: comm_kernels.overlapped_by_compute_ns (ns).
--- @column busbw_gbps: Bus bandwidth of the operation (GB/s), NULL when its size or group is unknown.
+-- @column busbw_gbps: Bus bandwidth of the operation (GB/s, _messages_busbw_gbps), NULL when its size or group is
+-- unknown.
 -- @column sample: 'alone', 'overlapped' or 'partial'.
 CREATE OR REPLACE MACRO _exposure_comm_samples(overlapped_min_pct) AS TABLE
 SELECT c.kernel_id, c.rank, w.window_ord, c.collective, c.msg_bytes, c.group_size, c.duration_ns,
-       c.overlapped_by_compute_ns AS compute_covered_ns, b.busbw_gbps,
+       c.overlapped_by_compute_ns AS compute_covered_ns,
+       _messages_busbw_gbps(c.collective, c.msg_bytes, c.group_size, c.duration_ns) AS busbw_gbps,
        CASE WHEN c.overlapped_by_compute_ns = 0 THEN 'alone'
             WHEN 100 * c.overlapped_by_compute_ns >= overlapped_min_pct * c.duration_ns THEN 'overlapped'
             ELSE 'partial' END AS sample
 FROM comm_kernels() c
 JOIN _exposure_kernel_window('communication') w USING (kernel_id)
-LEFT JOIN collective_bandwidth_by_op() b USING (kernel_id)
 WHERE c.duration_ns > 0;
 
 -- @macro _exposure_contention

@@ -12,6 +12,16 @@ CREATE OR REPLACE MACRO _messages_bucket_lo(msg_bytes) AS
   CASE WHEN msg_bytes IS NULL THEN NULL WHEN msg_bytes <= 0 THEN 0
        ELSE CAST(1 AS BIGINT) << CAST(floor(log2(msg_bytes)) AS INTEGER) END;
 
+-- @macro _messages_busbw_gbps
+-- Bus bandwidth of one operation as nccl-tests defines it: msg_bytes / duration × busbw_factor(collective,
+-- group_size), in GB/s = 1e9 B/s (1 B/ns); NULL for zero duration, unknown size or unknown factor.
+-- @param collective: Canonical collective.
+-- @param msg_bytes: Size S (bytes).
+-- @param group_size: Ranks in the communicator.
+-- @param duration_ns: Kernel duration (ns).
+CREATE OR REPLACE MACRO _messages_busbw_gbps(collective, msg_bytes, group_size, duration_ns) AS
+  (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns * busbw_factor(collective, group_size) END)::DOUBLE;
+
 -- @macro _messages_comm_sized
 -- Communication operations with their kernel duration and power-of-two size bucket.
 -- @column kernel_id: Kernel id.
@@ -77,8 +87,7 @@ CREATE OR REPLACE MACRO collective_bandwidth_by_op() AS TABLE
 SELECT kernel_id, rank, collective, msg_bytes, group_size, group_size_assumed, start_ns, duration_ns,
        (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns END)::DOUBLE AS algbw_gbps,
        busbw_factor(collective, group_size)::DOUBLE AS busbw_factor,
-       (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns * busbw_factor(collective, group_size) END)::DOUBLE
-         AS busbw_gbps
+       _messages_busbw_gbps(collective, msg_bytes, group_size, duration_ns) AS busbw_gbps
 FROM _messages_comm_sized() WHERE msg_bytes IS NOT NULL
 ORDER BY rank, start_ns, kernel_id;
 
