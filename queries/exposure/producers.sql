@@ -56,6 +56,42 @@ WITH _exposure_ck AS (
 )
 SELECT kernel_id, tid, gemm_kernel_id, link_source FROM _exposure_pick;
 
+-- @macro _exposure_producer_rows
+-- producer_links' rows, unordered, with the producer GEMM's grid and block sizes (its shape group in
+-- gemm_contention): serialised_pairs reads them without a sort and without a second look-up of the GEMM.
+-- @column rank: Rank.
+-- @column comm_kernel_id: Communication kernel id.
+-- @column collective: Canonical collective ('unknown' without a comm_ops row).
+-- @column msg_bytes: Size S (bytes), when known.
+-- @column comm_start_ns: Collective kernel start (ns).
+-- @column comm_duration_ns: Collective kernel duration (ns).
+-- @column comm_exposed_ns: Part of the collective with no computation running (comm_kernels.exposed_ns, ns).
+-- @column launch_tid: CPU thread that launched the collective, NULL when unknown.
+-- @column gemm_kernel_id: Producer GEMM kernel id, NULL when none.
+-- @column gemm_short_name: Producer GEMM base name.
+-- @column gemm_grid_x: Producer GEMM grid size, x.
+-- @column gemm_grid_y: Producer GEMM grid size, y.
+-- @column gemm_grid_z: Producer GEMM grid size, z.
+-- @column gemm_block_x: Producer GEMM block size, x.
+-- @column gemm_block_y: Producer GEMM block size, y.
+-- @column gemm_block_z: Producer GEMM block size, z.
+-- @column gemm_start_ns: Producer GEMM start (ns).
+-- @column gemm_end_ns: Producer GEMM end (ns).
+-- @column gemm_duration_ns: Producer GEMM duration (ns).
+-- @column gap_ns: comm_start_ns − gemm_end_ns (ns); NULL without a producer.
+-- @column link_source: 'same_thread_launch', 'nearest_gemm_on_gpu' or 'none'.
+CREATE OR REPLACE MACRO _exposure_producer_rows() AS TABLE
+SELECT c.rank, c.kernel_id AS comm_kernel_id, c.collective, c.msg_bytes, c.start_ns AS comm_start_ns,
+       c.duration_ns AS comm_duration_ns, c.exposed_ns AS comm_exposed_ns, l.tid AS launch_tid, l.gemm_kernel_id,
+       g.short_name AS gemm_short_name, g.grid_x AS gemm_grid_x, g.grid_y AS gemm_grid_y, g.grid_z AS gemm_grid_z,
+       g.block_x AS gemm_block_x, g.block_y AS gemm_block_y, g.block_z AS gemm_block_z,
+       g.start_ns AS gemm_start_ns, g.end_ns AS gemm_end_ns,
+       g.end_ns - g.start_ns AS gemm_duration_ns, c.start_ns - g.end_ns AS gap_ns, l.link_source
+FROM comm_kernels() c
+JOIN _exposure_producer_pick l USING (kernel_id)
+LEFT JOIN kernels g ON g.kernel_id = l.gemm_kernel_id
+WHERE c.collective NOT IN ('send', 'recv', 'send_recv');
+
 -- @macro producer_links
 -- One row per collective kernel (comm_kernels, send/recv/send_recv left out) with its producer GEMM:
 -- 'same_thread_launch': the last GEMM kernel of the rank launched from the same CPU thread (pid, tid) as the
@@ -83,15 +119,10 @@ SELECT kernel_id, tid, gemm_kernel_id, link_source FROM _exposure_pick;
 -- @column gap_ns: comm_start_ns − gemm_end_ns (ns); NULL without a producer.
 -- @column link_source: 'same_thread_launch', 'nearest_gemm_on_gpu' or 'none'.
 CREATE OR REPLACE MACRO producer_links() AS TABLE
-SELECT c.rank, c.kernel_id AS comm_kernel_id, c.collective, c.msg_bytes, c.start_ns AS comm_start_ns,
-       c.duration_ns AS comm_duration_ns, c.exposed_ns AS comm_exposed_ns, l.tid AS launch_tid, l.gemm_kernel_id,
-       g.short_name AS gemm_short_name, g.start_ns AS gemm_start_ns, g.end_ns AS gemm_end_ns,
-       g.end_ns - g.start_ns AS gemm_duration_ns, c.start_ns - g.end_ns AS gap_ns, l.link_source
-FROM comm_kernels() c
-JOIN _exposure_producer_pick l USING (kernel_id)
-LEFT JOIN kernels g ON g.kernel_id = l.gemm_kernel_id
-WHERE c.collective NOT IN ('send', 'recv', 'send_recv')
-ORDER BY c.rank, c.start_ns, c.kernel_id;
+SELECT rank, comm_kernel_id, collective, msg_bytes, comm_start_ns, comm_duration_ns, comm_exposed_ns, launch_tid,
+       gemm_kernel_id, gemm_short_name, gemm_start_ns, gemm_end_ns, gemm_duration_ns, gap_ns, link_source
+FROM _exposure_producer_rows()
+ORDER BY rank, comm_start_ns, comm_kernel_id;
 
 -- @macro serialised_pairs
 -- Producer GEMM, then its exposed collective back to back: producer_links rows with a producer, 0 <= gap_ns <=
@@ -134,13 +165,12 @@ WITH _exposure_gc AS (
            AS slowdown_pct,
          CASE WHEN s.status = 'measured' THEN 'shape_group'
               WHEN (SELECT count(*) FROM _exposure_job) > 0 THEN 'job' END AS slowdown_source
-  FROM producer_links() p
-  JOIN kernels k ON k.kernel_id = p.gemm_kernel_id
+  FROM _exposure_producer_rows() p
   LEFT JOIN _exposure_gc s
-    ON s.scope = 'shape_group' AND s.short_name = k.short_name
-   AND s.grid_x IS NOT DISTINCT FROM k.grid_x AND s.grid_y IS NOT DISTINCT FROM k.grid_y
-   AND s.grid_z IS NOT DISTINCT FROM k.grid_z AND s.block_x IS NOT DISTINCT FROM k.block_x
-   AND s.block_y IS NOT DISTINCT FROM k.block_y AND s.block_z IS NOT DISTINCT FROM k.block_z
+    ON s.scope = 'shape_group' AND s.short_name = p.gemm_short_name
+   AND s.grid_x IS NOT DISTINCT FROM p.gemm_grid_x AND s.grid_y IS NOT DISTINCT FROM p.gemm_grid_y
+   AND s.grid_z IS NOT DISTINCT FROM p.gemm_grid_z AND s.block_x IS NOT DISTINCT FROM p.gemm_block_x
+   AND s.block_y IS NOT DISTINCT FROM p.gemm_block_y AND s.block_z IS NOT DISTINCT FROM p.gemm_block_z
   WHERE p.gap_ns BETWEEN 0 AND back_to_back_ns AND p.comm_exposed_ns > 0
 ), _exposure_h AS (
   SELECT *, CASE WHEN slowdown_pct IS NOT NULL  -- greatest() would skip a NULL
