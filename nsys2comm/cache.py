@@ -11,7 +11,7 @@ time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overla
 comm_overlap_by_collective and top_comm_kernels), the cross-rank matching, its clock alignment and its instances
 (behind collective_skew, host_clock_offsets, rank_wait, comm_transfer and the latency model), the launch lookup, the
 producer-GEMM links, the GEMMs' communication coverage and the evidence behind each exposed communication kernel's
-causes (behind the exposure analyses), and every operation's process group (behind parallel_layout and
+causes (behind the exposure analyses), and every operation's process group and step (behind parallel_layout and
 volume_check), so a caller running several analyses pays for each sweep once. The snapshot does not follow later
 ingests: call ``materialize`` again (or ``unmaterialize``) after changing the data.
 
@@ -48,7 +48,8 @@ _MATERIALIZABLE = {"_overlap_gpu_timeline": "_gpu_timeline_snapshot",
                    "_exposure_producer_pick": "_exposure_producer_pick_snapshot",
                    "_exposure_gemm_coverage": "_exposure_gemm_coverage_snapshot",
                    "_exposure_kernel_evidence": "_exposure_kernel_evidence_snapshot",
-                   "_model_group_records": "_model_group_records_snapshot"}
+                   "_model_group_records": "_model_group_records_snapshot",
+                   "_model_op_rank_steps": "_model_op_rank_steps_snapshot"}
 
 _CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]
 

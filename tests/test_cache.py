@@ -19,7 +19,7 @@ from nsys2comm.ingest import ingest
 
 HTA_2RANK = Path("/work/shared/traces/kineto/hta_trace_filter_2rank")
 NAMES = ("overlap_by_rank", "time_breakdown_by_rank", "comm_kernels", "collective_skew", "exposed_comm_by_kernel",
-         "exposed_comm_causes", "gemm_contention", "latency_model")
+         "exposed_comm_causes", "gemm_contention", "latency_model", "volume_check")
 
 
 def _frames(con) -> dict:

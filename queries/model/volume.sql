@@ -13,25 +13,35 @@
 -- rank is step k) holds its launch (the CUDA API call, else the kernel start); a job without steps is one step;
 -- operations outside every step of a job with steps are left out.
 
--- @macro _model_op_steps
--- Step window of every communication operation: the ordinal of the step (_overlap_steps) of its rank whose CPU
+-- @view _model_op_rank_steps
+-- Step of its rank of every communication operation: the ordinal of the step (_overlap_steps) of its rank whose CPU
 -- range holds the operation's launch call (_exposure_launches: same rank and correlation id), or its kernel start
--- when no launch call is known; 1 for every operation when the job has no steps; NULL outside every step of a job
--- with steps.
+-- when no launch call is known; NULL when no step of the rank holds it. A view, so that ingest stores it with the
+-- other shared sweeps (nsys2comm.cache): the launch look-up over every API call was a third of volume_check. Each
+-- row depends on its rank's rows only (the job-wide "no steps at all" rule is _model_op_steps').
 -- @column kernel_id: Communication kernel (comm_ops.kernel_id).
--- @column step_ord: Step ordinal, 1 without steps, NULL outside steps.
-CREATE OR REPLACE MACRO _model_op_steps() AS TABLE
+-- @column rank_step_ord: Ordinal of the rank's step holding the launch, NULL when none.
+CREATE OR REPLACE VIEW _model_op_rank_steps AS
 WITH st AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _overlap_steps()),
-has AS (SELECT count(*) > 0 AS on_ FROM st),
 launch AS (SELECT rank, correlation_id, launch_start_ns AS l_ns FROM _exposure_launches
 ), k AS (
   SELECT o.kernel_id, o.rank, coalesce(l.l_ns, k.start_ns) AS t
   FROM comm_ops o JOIN kernels k USING (kernel_id)
   LEFT JOIN launch l ON l.rank = k.rank AND l.correlation_id = k.correlation_id
 )
-SELECT k.kernel_id,
-       CASE WHEN NOT (SELECT on_ FROM has) THEN 1 WHEN k.t < s.step_end_ns THEN s.step_ord END AS step_ord
+SELECT k.kernel_id, CASE WHEN k.t < s.step_end_ns THEN s.step_ord END AS rank_step_ord
 FROM k ASOF LEFT JOIN st s ON k.rank = s.rank AND k.t >= s.step_start_ns;
+
+-- @macro _model_op_steps
+-- Step window of every communication operation: its rank's step (_model_op_rank_steps), the k-th step of every
+-- rank being window k; 1 for every operation when the job has no steps; NULL outside every step of a job with
+-- steps.
+-- @column kernel_id: Communication kernel (comm_ops.kernel_id).
+-- @column step_ord: Step ordinal, 1 without steps, NULL outside steps.
+CREATE OR REPLACE MACRO _model_op_steps() AS TABLE
+SELECT kernel_id,
+       CASE WHEN NOT (SELECT count(*) > 0 FROM _overlap_steps()) THEN 1 ELSE rank_step_ord END AS step_ord
+FROM _model_op_rank_steps;
 
 -- @macro volume_check
 -- Per step and per (group kind, collective): the bytes the formulas of model/formulas.sql predict for the model
