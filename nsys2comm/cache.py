@@ -6,13 +6,13 @@ the kind of the parameter's default (a count, a number, one of the quoted choice
 prepared-statement parameters (never pasted into the SQL text). ``check_query`` does the checks alone; they raise
 :class:`UsageError` naming the query or parameter, in words that fit the Python API (the CLI adds its hints).
 
-``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the GPU timeline (behind overlap_by_rank,
-time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind comm_kernels,
-comm_overlap_by_collective and top_comm_kernels), the cross-rank matching, its clock alignment and its instances
-(behind collective_skew, host_clock_offsets, rank_wait, comm_transfer and the latency model), the launch lookup, the
-producer-GEMM links, the GEMMs' communication coverage and the evidence behind each exposed communication kernel's
-causes (behind the exposure analyses), and every operation's process group and step (behind parallel_layout and
-volume_check), so a caller running several analyses pays for each sweep once. The snapshot does not follow later
+``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the iteration ranges, the GPU timeline
+(behind overlap_by_rank, time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind
+comm_kernels, comm_overlap_by_collective and top_comm_kernels), the cross-rank matching, its clock alignment and its
+instances (behind collective_skew, host_clock_offsets, rank_wait, comm_transfer and the latency model), the launch
+lookup, the producer-GEMM links, the GEMMs' communication coverage and the evidence behind each exposed communication
+kernel's causes (behind the exposure analyses), and every operation's process group and step (behind parallel_layout
+and volume_check), so a caller running several analyses pays for each sweep once. The snapshot does not follow later
 ingests: call ``materialize`` again (or ``unmaterialize``) after changing the data.
 
 ``refresh_cache(con)`` stores the same sweeps in the job database (``_cache_*`` tables) together with the
@@ -39,7 +39,8 @@ from . import catalog
 from .db import settle, sweep_memory_limit
 
 # helper views whose snapshot may replace the live computation: view name -> snapshot table
-_MATERIALIZABLE = {"_overlap_gpu_timeline": "_gpu_timeline_snapshot",
+_MATERIALIZABLE = {"_overlap_step_ranges": "_overlap_step_ranges_snapshot",
+                   "_overlap_gpu_timeline": "_gpu_timeline_snapshot",
                    "_overlap_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
                    "_skew_comm_keys": "_skew_comm_keys_snapshot",
                    "_skew_ops": "_skew_ops_snapshot",

@@ -12,10 +12,12 @@
 -- that share a timestamp does not matter). Steps are extra events: step ends sort first, step starts last at equal
 -- ts, and each event belongs to the last step started (running max of the step ordinal, same window).
 
--- @macro _overlap_steps
+-- @view _overlap_step_ranges
 -- Iteration ranges per rank: Kineto ProfilerStep#N user annotations (cpu_ranges kind 'user_annotation'), else
 -- NVTX ranges named like an iteration ('ProfilerStep#N', 'step N', 'iteration N', 'iter N', 'train_step N').
--- Steps are assumed sequential on a rank; unfinished ranges are ignored.
+-- Steps are assumed sequential on a rank; unfinished ranges are ignored. Unordered; read it through
+-- _overlap_steps. A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): the name match
+-- over every CPU range cost 0.1 s per use at 2M ranges, and most analyses use it several times.
 -- @column rank: Rank.
 -- @column step_ord: 1, 2, ... in start order on that rank.
 -- @column step_name: Range name.
@@ -23,7 +25,7 @@
 -- @column step_start_ns: Range start (ns, CPU timeline).
 -- @column step_end_ns: Range end (ns, CPU timeline).
 -- @column step_source: 'profiler_step' or 'nvtx'.
-CREATE OR REPLACE MACRO _overlap_steps() AS TABLE
+CREATE OR REPLACE VIEW _overlap_step_ranges AS
 WITH ps AS (
   SELECT rank, name, start_ns, end_ns, 'profiler_step' AS src FROM cpu_ranges
   WHERE kind = 'user_annotation' AND name LIKE 'ProfilerStep#%' AND end_ns IS NOT NULL
@@ -36,7 +38,19 @@ WITH ps AS (
 SELECT rank, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, name) AS step_ord, name AS step_name,
        TRY_CAST(regexp_extract(name, '([0-9]+)$', 1) AS BIGINT) AS step_no,
        start_ns AS step_start_ns, end_ns AS step_end_ns, src AS step_source
-FROM s
+FROM s;
+
+-- @macro _overlap_steps
+-- Iteration ranges per rank (_overlap_step_ranges), in rank and step order.
+-- @column rank: Rank.
+-- @column step_ord: 1, 2, ... in start order on that rank.
+-- @column step_name: Range name.
+-- @column step_no: The number in the name (N), when present.
+-- @column step_start_ns: Range start (ns, CPU timeline).
+-- @column step_end_ns: Range end (ns, CPU timeline).
+-- @column step_source: 'profiler_step' or 'nvtx'.
+CREATE OR REPLACE MACRO _overlap_steps() AS TABLE
+SELECT rank, step_ord, step_name, step_no, step_start_ns, step_end_ns, step_source FROM _overlap_step_ranges
 ORDER BY rank, step_ord;
 
 -- @macro _overlap_hta_us
