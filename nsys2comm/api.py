@@ -185,7 +185,8 @@ class Job:
             job.results = results
             return job
 
-        # the catalog's macros and views are installed by ingest, while the first trace decodes
+        # a new database file comes with the catalog (dbtemplate); otherwise ingest installs it while the first
+        # trace decodes
         con = (connect(db, write=True, lock_timeout_s=lock_timeout_s, objects=False) if db is not None
                else connect(None, objects=False))
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import catalog
+from . import catalog, dbtemplate
 from .errors import InputError
 
 SCHEMA_VERSION = 1  # bump when the canonical tables change incompatibly
@@ -144,6 +144,24 @@ def _writer_temp_directory() -> str:
     return d
 
 
+def _open_waiting(path: str, write: bool, config: dict, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
+    """duckdb.connect, waiting up to ``lock_timeout_s`` while another process holds the file."""
+    deadline = time.monotonic() + lock_timeout_s
+    while True:
+        try:
+            return duckdb.connect(path, read_only=not write, config=config)
+        except duckdb.IOException as e:
+            msg = str(e)
+            if "lock" not in msg.lower():
+                raise InputError(f"cannot open as a DuckDB database ({msg.splitlines()[0]})", path=path,
+                                 hint="give the path of a job database created by 'nsys2comm ingest'") from None
+            if time.monotonic() >= deadline:
+                raise InputError("database is locked by another nsys2comm/duckdb process", path=path,
+                                 hint=f"waited {lock_timeout_s:g} s; retry when it finishes, or wait longer "
+                                      "(the lock timeout)") from None
+            time.sleep(0.2)
+
+
 def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout_s: float = 60.0,
             memory_limit: str | None = None, objects: bool = True) -> duckdb.DuckDBPyConnection:
     """Open a job database. ``path=None`` gives an in-memory job (writable; seal it with ``seal_read_only``).
@@ -153,8 +171,9 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
     ``WRITER_MEMORY_LIMIT`` (unless ``memory_limit`` says otherwise) and spill beyond it: to ``<db>.tmp`` beside
     a database file, to the system temp directory for an in-memory job.
 
-    ``objects=False`` (writers and in-memory jobs): where the catalog is not installed yet, only the canonical
-    tables are created; the caller installs the macros and views (``ingest`` does, while the first file decodes).
+    A writer's new database file is a copy of the template that holds the catalog (``dbtemplate``). ``objects=False``
+    (writers and in-memory jobs): where the catalog is not installed yet, only the canonical tables are created;
+    the caller installs the macros and views (``ingest`` does, while the first file decodes).
     """
     if memory_limit is None and (write or path is None):
         memory_limit = WRITER_MEMORY_LIMIT
@@ -166,21 +185,9 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
         return con
     path = str(path)
     check_db_path(path, write=write)
-    deadline = time.monotonic() + lock_timeout_s
-    while True:
-        try:
-            con = duckdb.connect(path, read_only=not write, config=config)
-            break
-        except duckdb.IOException as e:
-            msg = str(e)
-            if "lock" not in msg.lower():
-                raise InputError(f"cannot open as a DuckDB database ({msg.splitlines()[0]})", path=path,
-                                 hint="give the path of a job database created by 'nsys2comm ingest'") from None
-            if time.monotonic() >= deadline:
-                raise InputError("database is locked by another nsys2comm/duckdb process", path=path,
-                                 hint=f"waited {lock_timeout_s:g} s; retry when it finishes, or wait longer "
-                                      "(the lock timeout)") from None
-            time.sleep(0.2)
+    if write:
+        dbtemplate.create(path, _NO_EXTENSIONS)  # a new database: the catalog comes installed
+    con = _open_waiting(path, write, config, lock_timeout_s)
     try:
         _check_is_job_db(con, path)
         if write:

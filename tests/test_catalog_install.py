@@ -1,5 +1,6 @@
 """The catalog stored in a job database: sessions use it only while it is this package's and unchanged since it was
-installed; otherwise they install their own (TEMP) objects. Ingest installs it while the first trace decodes.
+installed; otherwise they install their own (TEMP) objects. A new database is a copy of the template (see
+test_dbtemplate); without one, ingest installs the catalog while the first trace decodes.
 Decoder processes stay free of DuckDB and polars."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import Job, analysis, catalog, db
+from nsys2comm import Job, analysis, catalog, db, dbtemplate
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("comm_kernels", "collective_skew", "overlap_by_rank")
@@ -104,6 +105,7 @@ def test_a_signal_while_the_catalog_installs_leaves_a_connection_that_closes(tmp
         raise SystemExit(143)
 
     monkeypatch.setattr(ingest_mod, "_write_all", interrupted)
+    monkeypatch.setattr(dbtemplate, "create", lambda path, config: False)  # no template: ingest installs
     con = db.connect(tmp_path / "job.duckdb", write=True, objects=False)
     with pytest.raises(SystemExit):
         ingest_mod.ingest(con, traces, jobs=1)

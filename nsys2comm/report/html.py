@@ -24,6 +24,7 @@ from string import Template
 import altair as alt
 import polars as pl
 
+from .. import usercache
 from ..units import duration, ns_to
 from ..units import size as fmt_bytes
 from .data import Fetched, declare, fetch
@@ -82,7 +83,7 @@ def vega_bundle() -> str:
     import vl_convert as vlc
 
     ver = re.sub(r"[^0-9A-Za-z._-]", "_", _version("vl-convert-python"))
-    cache_dir = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nsys2comm"
+    cache_dir = usercache.directory()
     cached = cache_dir / f"vega-bundle-{ver}.js"
     try:
         if cached.is_file():

@@ -82,34 +82,39 @@ CREATE OR REPLACE MACRO _ingest_kineto_input_dtype(name, types) AS
 -- @column ext_id: 'External id'.
 -- @column corr: 'correlation' (staged kernel args only).
 CREATE OR REPLACE MACRO _ingest_kineto_comm_records(fid) AS TABLE
-WITH r AS (
-  SELECT range_id, kind, name, pid, tid, start_ns, end_ns, args AS a,
-         TRY_CAST(args->'Input Dims' AS BIGINT[][]) AS dims, TRY_CAST(args->'Input type' AS VARCHAR[]) AS types
+WITH r AS (  -- args parsed once per row into the fields read below (each a->>'key' on JSON text parses it again)
+  SELECT range_id, kind, name, pid, tid, start_ns, end_ns,
+         json_transform(args, '{"Collective name": "JSON", "In msg nelems": "JSON", "Out msg nelems": "JSON", "dtype": "JSON",
+           "Input Dims": "JSON", "Input type": "JSON", "Group size": "JSON", "Process Group Name": "JSON",
+           "Process Group Description": "JSON", "Process Group Ranks": "JSON", "Src Rank": "JSON",
+           "Dst Rank": "JSON", "Seq": "JSON", "Comms Id": "JSON", "External id": "JSON", "correlation": "JSON"}') AS a
   FROM cpu_ranges
   WHERE file_id = fid AND kind IN ('_kernel_args', 'cpu_op', 'user_annotation')
     AND (kind = '_kernel_args' OR name = 'record_param_comms' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'
          OR name LIKE 'c10d::%')
 )
 SELECT range_id, kind, name, pid, tid, start_ns, end_ns,
-  coalesce(canonical_collective(a->>'Collective name'),
+  coalesce(canonical_collective(a."Collective name"->>'$'),
            CASE WHEN kind <> '_kernel_args' AND name <> 'record_param_comms' THEN canonical_collective(name) END) AS coll,
-  coalesce(lower(a->>'Collective name') = 'wait', false) AS is_wait,
-  TRY_CAST(a->>'In msg nelems' AS BIGINT) AS in_n,
-  TRY_CAST(a->>'Out msg nelems' AS BIGINT) AS out_n,
-  canonical_dtype(a->>'dtype') AS nelems_dtype,
-  _ingest_kineto_input_elems(name, dims, types) AS shape_n,
-  _ingest_kineto_input_dtype(name, types) AS shape_dtype,
-  TRY_CAST(a->>'Group size' AS INTEGER) AS group_size,
-  a->>'Process Group Name' AS pg_name,
-  a->>'Process Group Description' AS pg_desc,
-  nullif(CASE WHEN json_type(a->'Process Group Ranks') = 'VARCHAR' THEN TRY_CAST(a->>'Process Group Ranks' AS INTEGER[])
-              ELSE TRY_CAST(a->'Process Group Ranks' AS INTEGER[]) END, []::INTEGER[]) AS pg_ranks,
-  TRY_CAST(a->>'Src Rank' AS INTEGER) AS src_rank,
-  TRY_CAST(a->>'Dst Rank' AS INTEGER) AS dst_rank,
-  TRY_CAST(a->>'Seq' AS BIGINT) AS seq,
-  a->>'Comms Id' AS comm_id,
-  TRY_CAST(a->>'External id' AS BIGINT) AS ext_id,
-  TRY_CAST(a->>'correlation' AS BIGINT) AS corr
+  coalesce(lower(a."Collective name"->>'$') = 'wait', false) AS is_wait,
+  TRY_CAST(a."In msg nelems"->>'$' AS BIGINT) AS in_n,
+  TRY_CAST(a."Out msg nelems"->>'$' AS BIGINT) AS out_n,
+  canonical_dtype(a.dtype->>'$') AS nelems_dtype,
+  _ingest_kineto_input_elems(name, TRY_CAST(a."Input Dims" AS BIGINT[][]), TRY_CAST(a."Input type" AS VARCHAR[]))
+    AS shape_n,
+  _ingest_kineto_input_dtype(name, TRY_CAST(a."Input type" AS VARCHAR[])) AS shape_dtype,
+  TRY_CAST(a."Group size"->>'$' AS INTEGER) AS group_size,
+  a."Process Group Name"->>'$' AS pg_name,
+  a."Process Group Description"->>'$' AS pg_desc,
+  nullif(CASE WHEN json_type(a."Process Group Ranks") = 'VARCHAR'
+              THEN TRY_CAST(a."Process Group Ranks"->>'$' AS INTEGER[])
+              ELSE TRY_CAST(a."Process Group Ranks" AS INTEGER[]) END, []::INTEGER[]) AS pg_ranks,
+  TRY_CAST(a."Src Rank"->>'$' AS INTEGER) AS src_rank,
+  TRY_CAST(a."Dst Rank"->>'$' AS INTEGER) AS dst_rank,
+  TRY_CAST(a.Seq->>'$' AS BIGINT) AS seq,
+  a."Comms Id"->>'$' AS comm_id,
+  TRY_CAST(a."External id"->>'$' AS BIGINT) AS ext_id,
+  TRY_CAST(a.correlation->>'$' AS BIGINT) AS corr
 FROM r;
 
 -- @macro _ingest_kineto_launch_chain

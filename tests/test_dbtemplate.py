@@ -1,0 +1,96 @@
+"""New job databases are copies of a template holding the catalog: the copy must be the catalog a fresh install
+gives, a template that does not match is not trusted, and no existing database is ever replaced."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from nsys2comm import Job, catalog, db, dbtemplate
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "cache"
+    monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(d))
+    return d
+
+
+def _definitions(path: Path) -> str:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(catalog._DEFINITIONS_SQL).fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def test_a_new_database_is_the_template_copy_and_holds_the_installed_catalog(tmp_path, cache_dir):
+    con = db.connect(tmp_path / "job.duckdb", write=True, objects=False)
+    assert catalog.is_installed(con)  # objects=False would have given the tables alone
+    con.close()
+    assert dbtemplate.template_path().parent == cache_dir and dbtemplate.template_path().is_file()
+    installed = duckdb.connect(str(tmp_path / "installed.duckdb"))
+    catalog.install(installed)
+    installed.close()
+    assert _definitions(tmp_path / "job.duckdb") == _definitions(tmp_path / "installed.duckdb")
+    assert not list(cache_dir.glob(".*")) and not list(tmp_path.glob(".*creating"))  # no leftovers
+
+
+def test_ingest_into_a_template_copy_gives_the_same_rows_as_without(tmp_path, cache_dir, monkeypatch):
+    from fixtures.kineto_writer import write_kineto
+    from fixtures.synthetic import make_run
+
+    traces = write_kineto(make_run(world_size=2, steps=2), tmp_path / "t", style="new")
+    with Job.ingest(traces, db=tmp_path / "a.duckdb", jobs=1) as job:
+        with_template = job.query("comm_kernels").sort("kernel_id")
+    monkeypatch.setattr(dbtemplate, "create", lambda path, config: False)
+    with Job.ingest(traces, db=tmp_path / "b.duckdb", jobs=1) as job:
+        without = job.query("comm_kernels").sort("kernel_id")
+    assert with_template.height > 0 and with_template.equals(without)
+
+
+def test_a_template_changed_by_hand_is_not_trusted(tmp_path, cache_dir):
+    db.connect(tmp_path / "first.duckdb", write=True).close()  # builds the template
+    tpl = duckdb.connect(str(dbtemplate.template_path()))
+    tpl.execute("CREATE OR REPLACE MACRO canonical_collective(x) AS 'broadcast'")
+    tpl.close()
+    con = db.connect(tmp_path / "job.duckdb", write=True)
+    assert catalog.is_installed(con)  # reinstalled over the copy
+    assert con.execute("SELECT canonical_collective('ncclDevKernel_AllReduce_Sum_f32_RING_LL')").fetchall()[0][0] \
+        != "broadcast"
+    con.close()
+
+
+def test_without_a_writable_cache_the_database_is_installed_in_place(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(blocker / "cache"))
+    assert not dbtemplate.create(tmp_path / "a.duckdb", {})
+    assert not (tmp_path / "a.duckdb").exists()
+    con = db.connect(tmp_path / "job.duckdb", write=True)
+    assert catalog.is_installed(con)
+    con.close()
+
+
+def test_a_database_that_appears_meanwhile_is_never_replaced(tmp_path, cache_dir, monkeypatch):
+    target = tmp_path / "job.duckdb"
+    real_copy = shutil.copyfile
+
+    def racing_copy(src, dst):  # another writer creates the database between our copy and our link
+        real_copy(src, dst)
+        target.write_bytes(b"theirs")
+        return dst
+
+    monkeypatch.setattr(shutil, "copyfile", racing_copy)
+    assert not dbtemplate.create(target, {})
+    assert target.read_bytes() == b"theirs"
+    assert not list(tmp_path.glob(".*creating"))
+
+
+def test_an_existing_database_or_wal_is_left_to_duckdb(tmp_path, cache_dir):
+    wal_only = tmp_path / "job.duckdb"
+    Path(f"{wal_only}.wal").write_bytes(b"")
+    assert not dbtemplate.create(wal_only, {}) and not wal_only.exists()
