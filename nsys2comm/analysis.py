@@ -9,13 +9,16 @@ import difflib
 import math
 import numbers
 import re
+from typing import TYPE_CHECKING
 
 import duckdb
-import polars as pl
 
 from . import catalog
 from .db import settle
 from .errors import HelperNotRunnable, UnknownQuery, UsageError
+
+if TYPE_CHECKING:  # DuckDB's .pl() imports it where rows are made
+    import polars as pl
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

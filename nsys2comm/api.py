@@ -17,12 +17,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from .db import DUCKDB_MAGIC, connect, seal_read_only, settle
 from .errors import InputError, UsageError
+
+if TYPE_CHECKING:  # imported where rows are made: commands that make none (ingest) start sooner
+    import polars as pl
 
 # Statement types that only read. Anything else needs write=True (the CLI's --write).
 _READ_ONLY_TYPES = {"SELECT", "EXPLAIN", "PRAGMA", "CALL", "PREPARE", "EXECUTE", "VARIABLE_SET", "SET",
@@ -106,6 +107,12 @@ CHARTS = {
 }
 
 
+def _no_rows() -> pl.DataFrame:
+    import polars as pl
+
+    return pl.DataFrame()
+
+
 class Job:
     """One job database (on disk, or in memory for one-off use on trace files)."""
 
@@ -177,6 +184,7 @@ class Job:
         ``db`` may be a Parquet job directory (an existing one, or a path ending in ``/``): see :func:`ingest_dir`.
         """
         from .ingest import ingest as _ingest
+        from .ingest import start_decoders
 
         if db is not None and (str(db).endswith(("/", "\\")) or Path(db).is_dir()):
             results = ingest_dir(paths, db, rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs,
@@ -185,12 +193,14 @@ class Job:
             job.results = results
             return job
 
+        paths = [str(p) for p in paths]
+        start_decoders(paths, jobs=jobs, read_extra=read_extra)  # their start-up runs beside opening the database
         # a new database file comes with the catalog (dbtemplate); otherwise ingest installs it while the first
         # trace decodes
         con = (connect(db, write=True, lock_timeout_s=lock_timeout_s, objects=False) if db is not None
                else connect(None, objects=False))
         try:
-            results = _ingest(con, [str(p) for p in paths], rank=rank, world_size=world_size,
+            results = _ingest(con, paths, rank=rank, world_size=world_size,
                               keep_going=keep_going, jobs=jobs,
                               on_file=on_file, progress=progress, read_extra=read_extra)
             if read_only and db is None:
@@ -247,7 +257,7 @@ class Job:
             try:
                 if last and st.type.name in _ROW_TYPES:
                     rel = self.con.sql(st.query)
-                    return rel.pl() if rel is not None else pl.DataFrame()
+                    return rel.pl() if rel is not None else _no_rows()
                 self.con.execute(st.query)
                 settle(self.con)
             except duckdb.Error as e:
@@ -255,7 +265,7 @@ class Job:
                 if "read-only" in msg.lower():
                     raise InputError(f"refused: {msg}", hint="open the database for writing to change it") from None
                 raise InputError(f"SQL error: {msg}") from None
-        return pl.DataFrame()
+        return _no_rows()
 
     def summary(self, *, model: str | Path | dict | None = None, layout: str | dict | None = None) -> dict:
         """The job summary (see :func:`nsys2comm.summary.build_summary`). ``model`` and ``layout`` are what

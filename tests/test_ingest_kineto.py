@@ -427,3 +427,26 @@ def test_shared_traces_every_recorded_size_found(shared_traces, dataset):
             assert all(m is None for _, m, _ in got.values())
         else:
             assert all(m is not None for _, m, _ in got.values())
+
+
+def test_decoders_start_early_only_where_the_ingest_uses_them(tmp_path, monkeypatch):
+    """Job.ingest starts the decoder processes' forkserver before it opens the database where the ingest will use a
+    pool (several files on several cores, or a file decoded in worker processes); a bad file is left to ingest."""
+    import nsys2comm.ingest as ingest_mod
+
+    started = []
+    monkeypatch.setattr(ingest_mod, "start_forkserver", lambda: started.append(True))
+    one, two = write_kineto(make_run(world_size=2, steps=1), tmp_path, style="new")
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\x00not a trace")
+
+    def starts(paths, **kw) -> bool:
+        started.clear()
+        ingest_mod.start_decoders(paths, **kw)
+        return bool(started)
+
+    assert not starts([one])  # small: decoded in-process
+    assert not starts([one, two], jobs=1)
+    assert starts([one, two], jobs=2)
+    assert starts([one], read_extra={"kineto_workers": 2})
+    assert not starts([bad])  # no error here: ingest reports it with the file's name

@@ -20,7 +20,7 @@ import pyarrow.ipc as ipc
 
 from .. import catalog
 from ..errors import InputError
-from .base import ID_COLUMNS, Batch, ReadOptions, process_pool, stop_pool
+from .base import ID_COLUMNS, Batch, ReadOptions, process_pool, start_forkserver, stop_pool
 from .writer import insert_batch
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
@@ -289,6 +289,22 @@ def _complete(con, installing: _CatalogInstall | None, *, terminated: bool, wrot
         # the shared sweeps, once per ingest rather than once per later session; a no-op while they match
         # the data, and a repair after a killed ingest or an outside edit
         refresh_cache(con)
+
+
+def start_decoders(paths: Iterable[str | Path], *, jobs: int | None = None, read_extra: dict | None = None) -> None:
+    """Start the decoder processes' forkserver early (before the caller opens the database) where the ingest
+    will use one: several files on several cores, or a file its importer decodes in worker processes."""
+    files = expand_paths(paths)
+    options = ReadOptions(extra=dict(read_extra or {}))
+
+    def decoded_in_workers(path: Path) -> bool:
+        try:
+            return detect(path).decoder_processes(path, options) > 0
+        except (InputError, OSError):  # ingest reports it, file by file
+            return False
+
+    if (len(files) > 1 and (jobs or os.cpu_count() or 1) > 1) or any(map(decoded_in_workers, files)):
+        start_forkserver()
 
 
 def _read_options(rank: int | None, world_size: int | None, extra: dict | None, n_files: int) -> ReadOptions:

@@ -189,8 +189,8 @@ def _work_range(path: str, lo: int, hi: int, rank: int):
         return None
 
 
-def _workers(path: Path, options: ReadOptions) -> int:
-    """Decoder processes: 0 (in-process) for small files, inside pool workers, or on one core."""
+def decoder_processes(path: Path, options: ReadOptions) -> int:
+    """Decoder processes for this file: 0 (in-process) for small files, inside pool workers, or on one core."""
     n = options.extra.get("kineto_workers")
     if n is not None:
         return int(n)
@@ -352,7 +352,7 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     from .kineto_stream import Limits, array_start, finish, is_gzip, iter_raw
 
     limits = Limits.from_options(options)
-    nworkers = _workers(path, options)
+    nworkers = decoder_processes(path, options)
     by_ranges = nworkers > 0 and not is_gzip(path)
     if by_ranges:
         header, start = array_start(path, block, limits)

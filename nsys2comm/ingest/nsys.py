@@ -279,6 +279,11 @@ def _assign_ranks(path: Path, procs: dict[int, set[int]], init: dict[int, tuple[
     return dict(zip(order, res.ranks, strict=False)), res.source, dict(zip(order, res.world_sizes, strict=False))
 
 
+def decoder_processes(path: Path, options: ReadOptions) -> int:
+    """An export is read in-process (SQLite queries stream its tables)."""
+    return 0
+
+
 def read(path, options: ReadOptions | None = None) -> Iterator[Batch]:
     path = Path(path)
     options = options or ReadOptions()
