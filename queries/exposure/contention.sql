@@ -16,23 +16,17 @@
 -- Per group: slowdown_pct = 100 × (median_overlapped / median_alone − 1) and
 -- lost_ns = Σ over the overlapped samples of (duration − median_alone).
 
--- @macro _exposure_window
--- The step window of a kernel from the ordinal of its rank's step that holds it: 0 for every kernel when the job
--- has no steps at all (one window), else that ordinal (NULL outside every step, or on a rank without steps).
--- @param rank_step_ord: Ordinal of the kernel's rank's step holding the kernel's start, NULL when none.
-CREATE OR REPLACE MACRO _exposure_window(rank_step_ord) AS
-  CASE WHEN NOT (SELECT count(*) > 0 FROM _overlap_steps()) THEN 0 ELSE rank_step_ord END;
-
 -- @macro _exposure_kernel_window
--- Step window of every kernel of one class (_exposure_window): the ordinal of the step (_overlap_steps) of the
--- kernel's rank whose CPU range [step_start_ns, step_end_ns) holds the kernel's start (ASOF lookup of the last step
+-- Step window of every kernel of one class (_overlap_step_window, 0 without steps): the ordinal of the step
+-- (_overlap_steps) of the kernel's rank whose CPU range [step_start_ns, step_end_ns) holds the kernel's start (ASOF lookup of the last step
 -- started, no range join); 0 for every kernel when the job has no steps; NULL for a kernel outside every step of a
 -- job that has steps.
 -- @param class_: kernel_class of the kernels wanted (the lookup reads those kernels only).
 -- @column kernel_id: Kernel id.
 -- @column window_ord: Step ordinal (the same ordinal on every rank is one window), 0 without steps, NULL outside steps.
 CREATE OR REPLACE MACRO _exposure_kernel_window(class_) AS TABLE
-SELECT k.kernel_id, _exposure_window(CASE WHEN k.start_ns < s.step_end_ns THEN s.step_ord END) AS window_ord
+SELECT k.kernel_id,
+       _overlap_step_window(CASE WHEN k.start_ns < s.step_end_ns THEN s.step_ord END, 0) AS window_ord
 FROM (SELECT kernel_id, rank, start_ns FROM kernels WHERE kernel_class = class_) k
 ASOF LEFT JOIN _overlap_steps() s ON k.rank = s.rank AND k.start_ns >= s.step_start_ns;
 
@@ -42,7 +36,7 @@ ASOF LEFT JOIN _overlap_steps() s ON k.rank = s.rank AND k.start_ns >= s.step_st
 -- step of its rank that holds its start. A view, so that ingest stores it with the other shared sweeps
 -- (nsys2comm.cache): the sweep over every GEMM, and the join back to the kernels, dominated gemm_contention and
 -- serialised_pairs. Each row depends on its rank's rows only (the job-wide "no steps at all" rule is
--- _exposure_window's, applied when it is read).
+-- _overlap_step_window's, applied when it is read).
 -- @column kernel_id: GEMM kernel id.
 -- @column rank: Rank.
 -- @column short_name: Kernel base name.
@@ -96,8 +90,8 @@ ASOF LEFT JOIN _overlap_steps() s ON g.rank = s.rank AND g.start_ns >= s.step_st
 -- @column comm_covered_ns: Part of the kernel during which a communication kernel ran on the rank (ns).
 -- @column sample: 'alone', 'overlapped' or 'partial'.
 CREATE OR REPLACE MACRO _exposure_gemm_samples(overlapped_min_pct) AS TABLE
-SELECT kernel_id, rank, _exposure_window(rank_step_ord) AS window_ord, short_name, grid_x, grid_y, grid_z, block_x,
-       block_y, block_z, start_ns, end_ns, end_ns - start_ns AS duration_ns, comm_covered_ns,
+SELECT kernel_id, rank, _overlap_step_window(rank_step_ord, 0) AS window_ord, short_name, grid_x, grid_y, grid_z,
+       block_x, block_y, block_z, start_ns, end_ns, end_ns - start_ns AS duration_ns, comm_covered_ns,
        CASE WHEN comm_covered_ns = 0 THEN 'alone'
             WHEN 100 * comm_covered_ns >= overlapped_min_pct * (end_ns - start_ns) THEN 'overlapped'
             ELSE 'partial' END AS sample

@@ -18,7 +18,8 @@
 -- range holds the operation's launch call (_exposure_launches: same rank and correlation id), or its kernel start
 -- when no launch call is known; NULL when no step of the rank holds it. A view, so that ingest stores it with the
 -- other shared sweeps (nsys2comm.cache): the launch look-up over every API call was a third of volume_check. Each
--- row depends on its rank's rows only (the job-wide "no steps at all" rule is _model_op_steps').
+-- row depends on its rank's rows only (the job-wide "no steps at all" rule, _overlap_step_window, is applied by
+-- _model_op_steps).
 -- @column kernel_id: Communication kernel (comm_ops.kernel_id).
 -- @column rank_step_ord: Ordinal of the rank's step holding the launch, NULL when none.
 CREATE OR REPLACE VIEW _model_op_rank_steps AS
@@ -40,7 +41,7 @@ FROM k ASOF LEFT JOIN st s ON k.rank = s.rank AND k.t >= s.step_start_ns;
 -- @column step_ord: Step ordinal, 1 without steps, NULL outside steps.
 CREATE OR REPLACE MACRO _model_op_steps() AS TABLE
 SELECT kernel_id,
-       CASE WHEN NOT (SELECT count(*) > 0 FROM _overlap_steps()) THEN 1 ELSE rank_step_ord END AS step_ord
+       _overlap_step_window(rank_step_ord, 1) AS step_ord
 FROM _model_op_rank_steps;
 
 -- @macro volume_check

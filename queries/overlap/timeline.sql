@@ -53,6 +53,14 @@ CREATE OR REPLACE MACRO _overlap_steps() AS TABLE
 SELECT rank, step_ord, step_name, step_no, step_start_ns, step_end_ns, step_source FROM _overlap_step_ranges
 ORDER BY rank, step_ord;
 
+-- @macro _overlap_step_window
+-- The one rule for a job without steps: its whole timeline is one window, numbered ``no_steps``; in a job with
+-- steps, ``rank_step_ord`` as given (NULL outside every step, or on a rank without steps).
+-- @param rank_step_ord: Ordinal of the step of the row's rank that holds it, NULL when none.
+-- @param no_steps: The window number when the job has no steps at all (readers number windows from 0 or 1).
+CREATE OR REPLACE MACRO _overlap_step_window(rank_step_ord, no_steps) AS
+  CASE WHEN NOT (SELECT count(*) > 0 FROM _overlap_steps()) THEN no_steps ELSE rank_step_ord END;
+
 -- @macro _overlap_hta_us
 -- A time on a file's own clock (ns) as the float64 µs that Python's json gives for the file's number, as
 -- HolisticTraceAnalysis reads it: the correctly rounded double nearest to ns / 1000 (below 2^53 ns one division
