@@ -18,9 +18,9 @@
 
 -- @macro _exposure_kernel_window
 -- Step window of every kernel of one class (_overlap_step_window, 0 without steps): the ordinal of the step
--- (_overlap_steps) of the kernel's rank whose CPU range [step_start_ns, step_end_ns) holds the kernel's start (ASOF lookup of the last step
--- started, no range join); 0 for every kernel when the job has no steps; NULL for a kernel outside every step of a
--- job that has steps.
+-- (_overlap_steps) of the kernel's rank whose CPU range [step_start_ns, step_end_ns) holds the kernel's start (ASOF
+-- lookup of the last step started, no range join); 0 for every kernel when the job has no steps; NULL for a kernel
+-- outside every step of a job that has steps.
 -- @param class_: kernel_class of the kernels wanted (the lookup reads those kernels only).
 -- @column kernel_id: Kernel id.
 -- @column window_ord: Step ordinal (the same ordinal on every rank is one window), 0 without steps, NULL outside steps.
