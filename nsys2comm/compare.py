@@ -68,13 +68,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
 import polars as pl
 
 from . import __version__
 from .analysis import run_query
 from .cache import materialize, unmaterialize
-from .db import settle
+from .db import memory_connection, settle
 from .units import size
 
 SCHEMA_VERSION = 1
@@ -388,7 +387,7 @@ def _key(r: dict) -> str:
 
 def compare_sides(base: Side, new: Side) -> Comparison:
     """Join two sides' catalog frames in DuckDB (SIDE_SQL per side, then COMPARE_SQL)."""
-    con = duckdb.connect()
+    con = memory_connection()
     try:
         for tag, side in (("base", base), ("new", new)):
             for name, df in side.frames.items():

@@ -24,6 +24,21 @@ _NO_EXTENSIONS = {"autoload_known_extensions": False, "autoinstall_known_extensi
 _INGEST_IT = "to ingest it: nsys2comm ingest FILE --db run.duckdb"
 
 
+def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """No DuckDB progress bar: it prints to stdout, into the rows of a script or job epilogue that captures it (the
+    CLI shows its own progress on stderr). Cursors of the connection inherit the setting. A further connection to
+    a database this process has open read-only shares its sealed, unchangeable configuration: it keeps DuckDB's
+    default (the setting is per connection and cannot be made global)."""
+    if not con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
+        con.execute("SET enable_progress_bar = false")
+    return con
+
+
+def memory_connection() -> duckdb.DuckDBPyConnection:
+    """A scratch in-memory DuckDB (no extensions, no progress bar) for SQL over frames or Parquet views."""
+    return quiet(duckdb.connect(":memory:", config=dict(_NO_EXTENSIONS)))
+
+
 def settle(con):
     """Finish any half-read ``execute()`` result so the connection takes new work (DuckDB >= 2 refuses otherwise)."""
     complete = getattr(con, "complete", None)
@@ -149,7 +164,7 @@ def _open_waiting(path: str, write: bool, config: dict, lock_timeout_s: float) -
     deadline = time.monotonic() + lock_timeout_s
     while True:
         try:
-            return duckdb.connect(path, read_only=not write, config=config)
+            return quiet(duckdb.connect(path, read_only=not write, config=config))
         except duckdb.IOException as e:
             msg = str(e)
             if "lock" not in msg.lower():
@@ -180,7 +195,7 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
     config = dict(_NO_EXTENSIONS, **({"memory_limit": memory_limit} if memory_limit else {}))
     if path is None:
         config["temp_directory"] = _writer_temp_directory()
-        con = duckdb.connect(":memory:", config=config)
+        con = quiet(duckdb.connect(":memory:", config=config))
         catalog.install(con, tables_only=not objects)
         return con
     path = str(path)

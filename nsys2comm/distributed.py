@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 from . import cache, jobdir
-from .db import _NO_EXTENSIONS, _install_temp_objects
+from .db import _install_temp_objects, memory_connection
 from .errors import UsageError
 
 # cache._MATERIALIZABLE's views whose rows for a rank depend only on that rank's rows (checked by
@@ -80,11 +80,10 @@ _local = threading.local()  # one DuckDB session per worker thread: the catalog 
 
 def rank_task(parts: dict[str, list[str]]) -> dict:
     """Worker side: the PER_RANK sweeps over one rank's parts, as Arrow tables."""
-    import duckdb
 
     con = getattr(_local, "con", None)
     if con is None:
-        con = duckdb.connect(":memory:", config=dict(_NO_EXTENSIONS))
+        con = memory_connection()
         jobdir.create_views(con, parts, comments=False)
         _install_temp_objects(con)
         _local.con = con

@@ -29,7 +29,7 @@ from pathlib import Path
 import duckdb
 
 from . import catalog
-from .db import _NO_EXTENSIONS, SCHEMA_VERSION, _install_temp_objects, seal_read_only
+from .db import SCHEMA_VERSION, _install_temp_objects, memory_connection, seal_read_only
 from .errors import InputError, UsageError
 
 MARKER = "_nsys2comm.json"
@@ -51,7 +51,7 @@ def rank_dir(rank: int | None) -> str:
 @functools.cache
 def table_columns() -> dict[str, list[tuple[str, str]]]:
     """Canonical table -> [(column, DuckDB type)], from the schema itself (one definition)."""
-    con = duckdb.connect(":memory:", config=dict(_NO_EXTENSIONS))
+    con = memory_connection()
     out = {}
     for obj in catalog.load_catalog():
         if obj.kind == "table":
@@ -198,7 +198,7 @@ def connect(root: str | Path, *, write: bool = False, gather=None) -> duckdb.Duc
                          hint=_WRITE_IT)
     check_marker(root)
     snap = snapshot(root)
-    con = duckdb.connect(":memory:", config=dict(_NO_EXTENSIONS))
+    con = memory_connection()
     try:
         create_views(con, {t: snap.paths(t) for t in snap.parts})
         _check_ranks(con, snap)

@@ -3,6 +3,7 @@ never read by a writable session; refreshed by ingest and 'sql --write'; repaire
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -201,3 +202,84 @@ def test_issue_commands_two_calls_equal_one(tmp_path):
     assert all(v and v > 0 for v in busy), busy
     a.close()
     b.close()
+
+
+@pytest.fixture
+def key_records(tmp_path_factory, monkeypatch) -> Path:
+    """An own user cache directory (one per module: the job template in it is built once)."""
+    d = tmp_path_factory.getbasetemp() / "usercache-test-cache"
+    monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(d))
+    return d / "content-keys"
+
+
+def _recount_forbidden(monkeypatch) -> None:
+    def recount(con):
+        raise AssertionError("the content key was counted again")
+    monkeypatch.setattr(cache, "content_key", recount)
+
+
+def test_a_recorded_key_spares_the_count_while_the_file_is_unchanged(tmp_path, files, key_records, monkeypatch):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    ro = db.connect(path)  # counts, matches, records the file's state
+    assert _uses_cache(ro)
+    ro.close()
+    assert Path(cache._key_record(str(path))).parent == key_records
+    assert json.loads(Path(cache._key_record(str(path))).read_text())["path"] == str(path.resolve())
+    with monkeypatch.context() as m:
+        _recount_forbidden(m)
+        ro = db.connect(path)
+        assert _uses_cache(ro)
+        _same(_frames(ro), _live(path))
+        ro.close()
+        rw = db.connect(path, write=True)  # a writer that changes nothing leaves the file as it was
+        rw.close()
+        ro = db.connect(path)
+        assert _uses_cache(ro)
+        ro.close()
+
+
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpointed", "left-in-the-wal"])
+def test_any_edit_after_a_recorded_key_sends_sessions_back_to_the_count(tmp_path, files, key_records, checkpoint):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    db.connect(path).close()  # records the key for this state
+    con = duckdb.connect(str(path))  # knows nothing about the cache; same row count, one value changed
+    con.execute("UPDATE kernels SET end_ns = end_ns + 5000 WHERE kernel_id = (SELECT min(kernel_id) FROM kernels "
+                "WHERE kernel_class = 'communication')")
+    if not checkpoint:
+        con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.close()
+    assert Path(f"{path}.wal").exists() != checkpoint
+    ro = db.connect(path)
+    assert not _uses_cache(ro)
+    _same(_frames(ro), _live(path))
+    ro.close()
+
+
+def test_a_record_of_another_state_or_key_is_not_trusted(tmp_path, files, key_records, monkeypatch):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    db.connect(path).close()
+    record = Path(cache._key_record(str(path)))
+    rec = json.loads(record.read_text())
+    real = cache.content_key
+    for changed in ({"state": rec["state"] + "0"}, {"content_key": rec["content_key"] + "0"},
+                    {"path": rec["path"] + "0"}):
+        record.write_text(json.dumps(rec | changed))
+        counted: list[int] = []
+        monkeypatch.setattr(cache, "content_key", lambda con, counted=counted: counted.append(1) or real(con))
+        ro = db.connect(path)
+        assert _uses_cache(ro) and counted == [1], changed
+        ro.close()
+        assert json.loads(record.read_text()) == rec  # recorded again after the count
+
+
+def test_key_records_are_pruned(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(tmp_path / "usercache"))
+    key_records = tmp_path / "usercache" / "content-keys"
+    monkeypatch.setattr(cache, "_MAX_KEY_RECORDS", 4)
+    for i in range(6):
+        cache._record_key(str(tmp_path / f"{i}.duckdb"), "state", "key")
+    assert 2 <= len(list(key_records.iterdir())) <= 4
+    assert cache._recorded_key(str(tmp_path / "5.duckdb"), "state") == "key"

@@ -67,6 +67,8 @@ def sandbox(tmp_path, monkeypatch):
     home.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.setenv("HOME", str(home))
+    # nsys2comm's own user cache (job template, recorded content keys) is not DuckDB escaping: kept out of HOME
+    monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(tmp_path / "usercache"))
     dials = []
     local_connect = socket.socket.connect
 
