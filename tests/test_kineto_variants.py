@@ -236,3 +236,36 @@ def test_invalid_utf8_is_read_with_a_note(tmp_path, gz):
     con = _ingest(path, gzip.compress(raw) if gz else raw)
     assert con.execute("SELECT name FROM kernels").fetchone()[0] == "nccl\ufffdKernel_x"
     assert "invalid_utf8" in _notes(con)
+
+
+# every phase of the Trace Event Format but 'X', with values of any type: the importer keeps only 'X' events
+_OTHER_PHASES = [
+    {"ph": "s", "id": 1, "pid": 0, "tid": 1, "ts": EPOCH_US, "cat": "ac2g", "name": "ac2g"},
+    {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": EPOCH_US + 1, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    {"ph": "i", "s": "t", "name": "Iteration Start: PyTorch Profiler", "pid": 0, "tid": 1, "ts": EPOCH_US},
+    {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "python"}},
+    {"ph": "C", "name": {"odd": "type"}, "cat": ["kernel"], "pid": "Spans", "ts": "soon", "args": {"x": [1]}},
+    {"ph": "b", "cat": "kernel", "name": NCCL, "id": "0x1", "pid": 0, "tid": 7, "ts": EPOCH_US},
+]
+
+
+@pytest.mark.parametrize("extra", [[], _OTHER_PHASES, [{"ph": "Z", "cat": "kernel", "name": "x", "ts": 1}],
+                                   [{"cat": "kernel", "name": "no phase", "ts": 1, "dur": 1}]],
+                         ids=["x-only", "every-other-phase", "unknown-phase", "no-phase"])
+def test_only_complete_events_are_kept_whatever_the_other_phases_hold(tmp_path, extra):
+    events = [_kernel(), {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "tid": 1,
+                          "ts": EPOCH_US - 5, "dur": 4, "args": {"correlation": 5}}]
+    con = _ingest(tmp_path / "t.json", json.dumps(_doc(extra[:3] + events + extra[3:])))
+    assert con.execute("SELECT name, start_ns FROM kernels").fetchall() == [(NCCL, EPOCH_US * 1000)]
+    assert con.execute("SELECT name, correlation_id FROM api_calls").fetchall() == [("cudaLaunchKernel", 5)]
+
+
+def test_fast_decoder_skips_other_phases_and_falls_back_on_unknown_ones():
+    from nsys2comm.ingest import kineto_decode as kd
+
+    x = json.dumps(_kernel()).encode()
+    fast = kd.decode_events(b"[" + b",".join([json.dumps(e).encode() for e in _OTHER_PHASES] + [x]) + b"]")
+    assert [type(e) is kd.CompleteEvent for e in fast] == [False] * len(_OTHER_PHASES) + [True]
+    assert all(e.cat is None for e in fast[:-1]) and fast[-1].cat == "kernel"
+    slow = kd.decode_events(b'[{"ph": "Z"},' + x + b"]")
+    assert [type(e) for e in slow] == [kd.Event, kd.Event] and slow[1].ph == "X" and slow[1].name == NCCL

@@ -46,7 +46,7 @@ from .kineto_decode import (
 )
 from .kineto_resolve import finalize  # noqa: F401  (the importer interface: read, sniff, finalize)
 from .kineto_rows import _ERA_MARKERS, _State
-from .kineto_stream import BLOCK
+from .kineto_stream import BLOCK, CLOSE_PIECE
 from .ranks import Ranks, resolve_ranks
 
 SOURCE = "kineto"
@@ -171,18 +171,19 @@ def _decode_process(data: bytes, rank: int):
 def _work(piece: bytes, rank: int):
     """Worker: decode one raw piece (see kineto_stream.iter_raw); None when the cut was not at top level."""
     try:
-        return _decode_process(b"[" + piece + b"{}]", rank)
+        return _decode_process(b"[" + piece + CLOSE_PIECE, rank)
     except msgspec.DecodeError:
         return None
 
 
 def _work_range(path: str, lo: int, hi: int, rank: int):
     """Worker: read bytes [lo, hi) of an uncompressed trace itself (no copy through the parent) and decode them."""
-    buf = bytearray(hi - lo + 4)  # '[' + bytes + '{}]' without a copy: msgspec decodes a bytearray
-    buf[0:1], buf[-3:] = b"[", b"{}]"
+    n = len(CLOSE_PIECE)
+    buf = bytearray(hi - lo + 1 + n)  # '[' + bytes + CLOSE_PIECE without a copy: msgspec decodes a bytearray
+    buf[0:1], buf[-n:] = b"[", CLOSE_PIECE
     with open(path, "rb") as f:
         f.seek(lo)
-        f.readinto(memoryview(buf)[1:-3])
+        f.readinto(memoryview(buf)[1:-n])
     try:
         return _decode_process(buf, rank)
     except msgspec.DecodeError:

@@ -339,12 +339,16 @@ def next_boundary(fd: int, x: int, end: int, max_event_bytes: int) -> int | None
         width *= 4
 
 
+# Closes a piece (which ends with a separator) into a JSON array: a metadata event, which every decoder skips
+CLOSE_PIECE = b'{"ph": "M"}]'
+
+
 def iter_raw(path: Path, block: int = BLOCK, limits: Limits | None = None) -> Iterator[tuple[str, object]]:
     """Yield ("header", dict), then ("raw", piece) byte slices of the event array cut at *unvalidated* candidate
     boundaries (each piece ends just before an event's '{', separator included, so pieces concatenate back to
     the original bytes), then ("tail", bytes): the rest (the last events, ']' and the trailer).
 
-    ``b"[" + piece + b"{}]"`` decodes when the cut was at top level (nearly always); callers that get a
+    ``b"[" + piece + CLOSE_PIECE`` decodes when the cut was at top level (nearly always); callers that get a
     DecodeError re-join pieces and cut them with :func:`split_validated`. Every byte is scanned a bounded number
     of times (time linear in the input); bytes without an event boundary are held up to ``limits.max_event_bytes``.
     A JSON-array-format trace (top-level list of events) yields header ``{}`` and a tail whose trailer is ``{}``.
