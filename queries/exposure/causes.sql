@@ -28,9 +28,11 @@
 -- api_calls rows with the kernel's rank and correlation id (_exposure_launches).
 
 -- @view _exposure_launches
--- One launch call per (rank, correlation_id): the api_calls row with the earliest start (then the lowest call_id),
--- e.g. the runtime call rather than the driver call it makes. A view, so that ingest stores it with the other
--- shared sweeps (nsys2comm.cache): four analyses read it, and its window over every API call dominated them.
+-- One launch call per (rank, correlation_id) of a kernel: the api_calls row with the earliest start (then the lowest
+-- call_id), e.g. the runtime call rather than the driver call it makes. Calls that launched no kernel (copies,
+-- synchronisations, event records: half of a Kineto trace's runtime calls) are left out: every reader looks up
+-- kernels' launches. A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): four analyses
+-- read it, and its window over every API call dominated them.
 -- @column rank: Rank.
 -- @column correlation_id: Correlation id.
 -- @column pid: Process id of the launching thread (-1 when unknown).
@@ -41,6 +43,7 @@ CREATE OR REPLACE VIEW _exposure_launches AS
 SELECT rank, correlation_id, coalesce(pid, -1) AS pid, tid, start_ns AS launch_start_ns, end_ns AS launch_end_ns
 FROM api_calls
 WHERE correlation_id IS NOT NULL
+  AND (rank, correlation_id) IN (SELECT rank, correlation_id FROM kernels WHERE correlation_id IS NOT NULL)
 QUALIFY row_number() OVER (PARTITION BY rank, correlation_id ORDER BY start_ns, call_id) = 1;
 
 -- @view _exposure_kernel_evidence
