@@ -340,6 +340,34 @@ def test_byte_ranges_property(tmp_path):
     check()
 
 
+
+@pytest.mark.parametrize("spool_dir", ["writable", "missing"])
+def test_gzip_pieces_go_to_the_workers_through_spool_files(tmp_path, monkeypatch, spool_dir):
+    """gzip: the parent cuts the decompressed stream into pieces and writes each to a spool file that a worker
+    reads and removes; where no spool can be made, pieces go through the pipe. The rows are the sequential ones
+    either way, also when a cut candidate lies inside a string (that piece fails and the rest goes sequential),
+    and no spool file is left behind."""
+    import tempfile
+
+    names = [f"k{i}" + ("}, {" if i % 7 == 3 else "") for i in range(300)]
+    events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": 1000 + i, "dur": 1,
+               "args": {"correlation": i}} for i, n in enumerate(names)]
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc, indent=1).encode()))
+    root = tmp_path / "tmp"
+    if spool_dir == "writable":
+        root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    spools = []
+    submit = kineto._Pieces._submit
+    monkeypatch.setattr(kineto._Pieces, "_submit", lambda self, piece: spools.append(self.spool) or submit(self, piece))
+    ref = _rows(p, extra={"kineto_workers": 0})
+    assert _rows(p, block=1024, extra={"kineto_workers": 2}) == ref
+    assert sorted(dict(r)["correlation_id"] for r in ref["kernels"]) == list(range(len(events)))
+    assert spools and all((s is not None) == (spool_dir == "writable") for s in spools)
+    assert not list(root.glob("nsys2comm-spool-*"))  # (multiprocessing keeps its own pymp-* there)
+
 # ---------------------------------------------------------------------------------------------- recorded sizes
 
 # element sizes of the dtype spellings the shared traces use in 'Input type' (PyTorch's scalar type names)

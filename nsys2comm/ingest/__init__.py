@@ -20,7 +20,7 @@ import pyarrow.ipc as ipc
 
 from .. import catalog
 from ..errors import InputError
-from .base import ID_COLUMNS, Batch, ReadOptions, process_pool, start_forkserver, stop_pool
+from .base import ID_COLUMNS, SPOOL_PREFIX, Batch, ReadOptions, process_pool, start_forkserver, stop_pool
 from .writer import insert_batch
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
@@ -380,8 +380,6 @@ def _write_all(con, todo, options, jobs, record, fail, progress, installing) -> 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-
-SPOOL_PREFIX = "nsys2comm-spool-"  # + owner pid + '-': spools of dead owners (SIGKILL) are removed by the next ingest
 
 
 def remove_stale_spools(tmpdir: str | None = None) -> list[str]:

@@ -26,6 +26,10 @@ from typing import Any
 
 import pyarrow as pa
 
+# + owner pid + '-': temp files of a running ingest (decoded batches, gzip pieces); spools of dead owners (SIGKILL)
+# are removed by the next ingest
+SPOOL_PREFIX = "nsys2comm-spool-"
+
 
 @dataclass
 class Batch:

@@ -22,8 +22,11 @@ A JSON without a traceEvents array is an InputError; a trace with no GPU kernels
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import shutil
+import tempfile
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +36,7 @@ import orjson
 import pyarrow as pa
 
 from ..errors import InputError
-from .base import Batch, ReadOptions, process_pool
+from .base import SPOOL_PREFIX, Batch, ReadOptions, process_pool
 from .kineto_decode import (
     HINT_BAD_VALUE,
     BadValue,
@@ -190,6 +193,16 @@ def _work_range(path: str, lo: int, hi: int, rank: int):
         return None
 
 
+def _work_file(path: str, rank: int):
+    """Worker: decode a raw piece the parent wrote to a spool file, then remove the file. Through a pipe, pieces
+    were pickled, copied in 64 KB writes and unpickled: 1.0 s for 440 MB against 0.3 s through files."""
+    try:
+        return _work_range(path, 0, os.path.getsize(path), rank)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 def decoder_processes(path: Path, options: ReadOptions) -> int:
     """Decoder processes for this file: 0 (in-process) for small files, inside pool workers, or on one core."""
     n = options.extra.get("kineto_workers")
@@ -247,19 +260,35 @@ class _Pieces:
     """Decodes raw pieces in file order: speculatively in a process pool while every cut proves to sit at the top
     level, then (from the first cut that does not) sequentially, with validated cuts."""
 
-    def __init__(self, path: Path, rank: int, limits, totals: _Totals, pool, nworkers: int):
+    def __init__(self, path: Path, rank: int, limits, totals: _Totals, pool, nworkers: int,
+                 spool: str | None = None):
         self.path, self.rank, self.limits, self.totals = path, rank, limits, totals
         self.pool, self.nworkers = pool, nworkers
         self.parallel = pool is not None
         self.pending = b""  # sequential mode: bytes not yet cut at a validated boundary
         self.inflight: deque = deque()
+        self.spool, self.n_spooled = spool, 0  # a directory for pieces on their way to the workers
 
     def add(self, piece: bytes) -> Iterator[Batch]:
         if not self.parallel:
             yield from self._sequential(piece)
             return
-        self.inflight.append((piece, self.pool.submit(_work, piece, self.rank)))
+        self.inflight.append((piece, self._submit(piece)))
         yield from self._drain(keep=self.nworkers)
+
+    def _submit(self, piece: bytes):
+        if self.spool is not None:
+            name = os.path.join(self.spool, str(self.n_spooled))
+            self.n_spooled += 1
+            try:
+                with open(name, "wb") as f:
+                    f.write(piece)
+                return self.pool.submit(_work_file, name, self.rank)
+            except OSError:  # temp space full or gone: through the pipe from now on
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
+                self.spool = None
+        return self.pool.submit(_work, piece, self.rank)
 
     def finish(self) -> Iterator[Batch]:
         yield from self._drain(keep=0)
@@ -366,10 +395,13 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     totals = _Totals(rank)
     out["totals"] = totals
     tail = b""
-    pool = None
+    pool = spool = None
     try:
         if nworkers > 0:
             pool = process_pool(nworkers)
+            if not by_ranges:
+                with contextlib.suppress(OSError):
+                    spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-")
         if by_ranges:
             ranges = _Ranges(path, rank, totals, pool, nworkers)
             yield from ranges.run(_plan_ranges(path, start, RANGE_BYTES if block == BLOCK else block, limits))
@@ -379,7 +411,7 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
                 while data := f.read(block):
                     yield from pieces.add(data)
         else:
-            pieces = _Pieces(path, rank, limits, totals, pool, nworkers)
+            pieces = _Pieces(path, rank, limits, totals, pool, nworkers, spool)
             for what, piece in src:
                 if what == "tail":
                     tail = piece
@@ -389,6 +421,8 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)
     pending = pieces.pending
     events, trailer, out["invalid_utf8"] = finish(pending + tail if pending else tail, path)
     out["trailer"] = trailer
