@@ -212,7 +212,7 @@ def _recorded_key(path: str, state: str) -> str | None:
             rec = json.loads(f.read())
     except (OSError, ValueError):
         return None
-    if rec.get("path") != os.path.realpath(path) or rec.get("state") != state:
+    if not isinstance(rec, dict) or rec.get("path") != os.path.realpath(path) or rec.get("state") != state:
         return None
     return rec.get("content_key")
 

@@ -80,7 +80,6 @@ _local = threading.local()  # one DuckDB session per worker thread: the catalog 
 
 def rank_task(parts: dict[str, list[str]]) -> dict:
     """Worker side: the PER_RANK sweeps over one rank's parts, as Arrow tables."""
-
     con = getattr(_local, "con", None)
     if con is None:
         con = memory_connection()

@@ -265,8 +265,9 @@ def test_a_record_of_another_state_or_key_is_not_trusted(tmp_path, files, key_re
     rec = json.loads(record.read_text())
     real = cache.content_key
     for changed in ({"state": rec["state"] + "0"}, {"content_key": rec["content_key"] + "0"},
-                    {"path": rec["path"] + "0"}):
-        record.write_text(json.dumps(rec | changed))
+                    {"path": rec["path"] + "0"}, ["not", "a", "record"], "{damaged"):
+        record.write_text(json.dumps(rec | changed) if isinstance(changed, dict) else
+                          changed if isinstance(changed, str) else json.dumps(changed))
         counted: list[int] = []
         monkeypatch.setattr(cache, "content_key", lambda con, counted=counted: counted.append(1) or real(con))
         ro = db.connect(path)
