@@ -15,6 +15,15 @@
 -- @column tid: CPU thread that launched it, NULL when unknown.
 -- @column gemm_kernel_id: Producer GEMM kernel id, NULL when none.
 -- @column link_source: 'same_thread_launch', 'nearest_gemm_on_gpu' or 'none'.
+-- @column gemm_short_name: Producer GEMM base name.
+-- @column gemm_grid_x: Producer GEMM grid size, x.
+-- @column gemm_grid_y: Producer GEMM grid size, y.
+-- @column gemm_grid_z: Producer GEMM grid size, z.
+-- @column gemm_block_x: Producer GEMM block size, x.
+-- @column gemm_block_y: Producer GEMM block size, y.
+-- @column gemm_block_z: Producer GEMM block size, z.
+-- @column gemm_start_ns: Producer GEMM start (ns).
+-- @column gemm_end_ns: Producer GEMM end (ns).
 CREATE OR REPLACE VIEW _exposure_producer_pick AS
 WITH _exposure_ck AS (
   -- built on the kernels table itself (not on comm_kernels()) so that the planner's row estimate stays a table's:
@@ -54,7 +63,11 @@ WITH _exposure_ck AS (
               ELSE 'none' END AS link_source
   FROM _exposure_link
 )
-SELECT kernel_id, tid, gemm_kernel_id, link_source FROM _exposure_pick;
+SELECT p.kernel_id, p.tid, p.gemm_kernel_id, p.link_source, g.short_name AS gemm_short_name,
+       g.grid_x AS gemm_grid_x, g.grid_y AS gemm_grid_y, g.grid_z AS gemm_grid_z, g.block_x AS gemm_block_x,
+       g.block_y AS gemm_block_y, g.block_z AS gemm_block_z, g.start_ns AS gemm_start_ns, g.end_ns AS gemm_end_ns
+FROM _exposure_pick p
+LEFT JOIN kernels g ON g.kernel_id = p.gemm_kernel_id;  -- stored with the pick: one look-up at ingest, not per query
 
 -- @macro _exposure_producer_rows
 -- producer_links' rows, unordered, with the producer GEMM's grid and block sizes (its shape group in
@@ -83,13 +96,11 @@ SELECT kernel_id, tid, gemm_kernel_id, link_source FROM _exposure_pick;
 CREATE OR REPLACE MACRO _exposure_producer_rows() AS TABLE
 SELECT c.rank, c.kernel_id AS comm_kernel_id, c.collective, c.msg_bytes, c.start_ns AS comm_start_ns,
        c.duration_ns AS comm_duration_ns, c.exposed_ns AS comm_exposed_ns, l.tid AS launch_tid, l.gemm_kernel_id,
-       g.short_name AS gemm_short_name, g.grid_x AS gemm_grid_x, g.grid_y AS gemm_grid_y, g.grid_z AS gemm_grid_z,
-       g.block_x AS gemm_block_x, g.block_y AS gemm_block_y, g.block_z AS gemm_block_z,
-       g.start_ns AS gemm_start_ns, g.end_ns AS gemm_end_ns,
-       g.end_ns - g.start_ns AS gemm_duration_ns, c.start_ns - g.end_ns AS gap_ns, l.link_source
-FROM comm_kernels() c
+       l.gemm_short_name, l.gemm_grid_x, l.gemm_grid_y, l.gemm_grid_z, l.gemm_block_x, l.gemm_block_y,
+       l.gemm_block_z, l.gemm_start_ns, l.gemm_end_ns, l.gemm_end_ns - l.gemm_start_ns AS gemm_duration_ns,
+       c.start_ns - l.gemm_end_ns AS gap_ns, l.link_source
+FROM _overlap_comm_kernels() c
 JOIN _exposure_producer_pick l USING (kernel_id)
-LEFT JOIN kernels g ON g.kernel_id = l.gemm_kernel_id
 WHERE c.collective NOT IN ('send', 'recv', 'send_recv');
 
 -- @macro producer_links

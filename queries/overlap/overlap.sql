@@ -68,6 +68,43 @@ SELECT probe_id AS kernel_id, CAST(sum(side * comp_cov) AS BIGINT) AS comp_ns,
        CAST(sum(side * gemm_cov) AS BIGINT) AS gemm_ns
 FROM cov WHERE probe_id IS NOT NULL GROUP BY probe_id;
 
+-- @macro _overlap_comm_kernels
+-- comm_kernels' rows, unordered, for the analyses that join or aggregate them: a macro's ORDER BY is kept
+-- inside the queries that read it (a sort of every communication kernel).
+-- @column kernel_id: Kernel id (kernels.kernel_id).
+-- @column rank: Rank.
+-- @column device_id: Device.
+-- @column stream_id: Stream.
+-- @column start_ns: Kernel start (ns).
+-- @column end_ns: Kernel end (ns).
+-- @column duration_ns: end_ns − start_ns (ns).
+-- @column short_name: Kernel base name.
+-- @column collective: Canonical collective (comm_ops.collective), 'unknown' when no comm_ops row.
+-- @column msg_bytes: Message size in nccl-tests' convention S (bytes), when known.
+-- @column in_bytes: Input buffer bytes, when known.
+-- @column out_bytes: Output buffer bytes, when known.
+-- @column dtype: Canonical element type, when known.
+-- @column group_size: Ranks in the communicator, when known.
+-- @column pg_name: Process-group name or communicator id, when known.
+-- @column peer_rank: Point-to-point peer, when known.
+-- @column seq: Collective sequence number in its process group, when known.
+-- @column n_ops: API-level operations fused into the kernel.
+-- @column overlapped_by_compute_ns: Part of the kernel during which any computation kernel ran on the rank (ns).
+-- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
+-- @column exposed_ns: Part of the kernel with no computation running (ns).
+CREATE OR REPLACE MACRO _overlap_comm_kernels() AS TABLE
+WITH p AS (SELECT * FROM _overlap_comm_kernel_overlap)
+SELECT k.kernel_id, k.rank, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns,
+       k.short_name, coalesce(o.collective, 'unknown') AS collective, o.msg_bytes, o.in_bytes, o.out_bytes, o.dtype,
+       o.group_size, o.pg_name, o.peer_rank, o.seq, coalesce(o.n_ops, 1) AS n_ops,
+       CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.comp_ns, 0) ELSE 0 END AS BIGINT) AS overlapped_by_compute_ns,
+       CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.gemm_ns, 0) ELSE 0 END AS BIGINT) AS overlapped_by_gemm_ns,
+       greatest(k.end_ns - k.start_ns, 0)
+         - CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.comp_ns, 0) ELSE 0 END AS BIGINT) AS exposed_ns
+FROM kernels k
+JOIN p ON p.kernel_id = k.kernel_id
+LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id;
+
 -- @macro comm_kernels
 -- One row per communication kernel with its comm_ops fields and how much of it ran under computation on the
 -- same rank: overlapped_by_compute_ns = |kernel ∩ union(computation kernels)|, overlapped_by_gemm_ns the same for
@@ -98,18 +135,7 @@ FROM cov WHERE probe_id IS NOT NULL GROUP BY probe_id;
 -- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
 -- @column exposed_ns: Part of the kernel with no computation running (ns).
 CREATE OR REPLACE MACRO comm_kernels() AS TABLE
-WITH p AS (SELECT * FROM _overlap_comm_kernel_overlap)
-SELECT k.kernel_id, k.rank, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns,
-       k.short_name, coalesce(o.collective, 'unknown') AS collective, o.msg_bytes, o.in_bytes, o.out_bytes, o.dtype,
-       o.group_size, o.pg_name, o.peer_rank, o.seq, coalesce(o.n_ops, 1) AS n_ops,
-       CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.comp_ns, 0) ELSE 0 END AS BIGINT) AS overlapped_by_compute_ns,
-       CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.gemm_ns, 0) ELSE 0 END AS BIGINT) AS overlapped_by_gemm_ns,
-       greatest(k.end_ns - k.start_ns, 0)
-         - CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.comp_ns, 0) ELSE 0 END AS BIGINT) AS exposed_ns
-FROM kernels k
-JOIN p ON p.kernel_id = k.kernel_id
-LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id
-ORDER BY k.rank, k.start_ns, k.kernel_id;
+SELECT * FROM _overlap_comm_kernels() ORDER BY rank, start_ns, kernel_id;
 
 -- @macro overlap_by_rank
 -- Per rank: union of communication-kernel time and how much of it is hidden under computation.
