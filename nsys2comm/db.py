@@ -214,10 +214,10 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
                              hint="create it by ingesting traces into it (nsys2comm ingest, or Job.ingest)")
         own = str(Path(path).resolve())
         seal_read_only(con, [own, own + ".wal"])
-        if not catalog.is_installed(con):  # written by another nsys2comm, or changed by hand since
-            _install_temp_objects(con)
-        from .cache import use_cache  # late: cache builds on this module
+        from .cache import catalog_installed, use_cache  # late: cache builds on this module
 
+        if not catalog_installed(con, path):  # written by another nsys2comm, or changed by hand since
+            _install_temp_objects(con)
         use_cache(con)
     except BaseException:
         con.close()

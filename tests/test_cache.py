@@ -257,6 +257,35 @@ def test_any_edit_after_a_recorded_key_sends_sessions_back_to_the_count(tmp_path
     ro.close()
 
 
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpointed", "left-in-the-wal"])
+def test_a_recorded_catalog_check_is_spared_until_the_file_changes(tmp_path, files, key_records, monkeypatch,
+                                                                   checkpoint):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    db.connect(path).close()  # compares the stored definitions, records the result for this state
+    assert json.loads(Path(cache._key_record(str(path))).read_text())["catalog"] == catalog.digest()
+
+    def compare(con):
+        raise AssertionError("the stored definitions were compared again")
+    with monkeypatch.context() as m:
+        m.setattr(catalog, "is_installed", compare)
+        ro = db.connect(path)
+        assert ro.execute("SELECT busbw_factor('all_reduce', 8)").fetchall()[0][0] == pytest.approx(2 * 7 / 8)
+        ro.close()
+    con = duckdb.connect(str(path))  # an outside edit of a stored definition
+    con.execute("CREATE OR REPLACE MACRO busbw_factor(collective, n) AS 42.0")
+    if not checkpoint:
+        con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.close()
+    compared: list[int] = []
+    real = catalog.is_installed
+    monkeypatch.setattr(catalog, "is_installed", lambda con: compared.append(1) or real(con))
+    ro = db.connect(path)  # the package's own definition shadows the edited one
+    assert ro.execute("SELECT busbw_factor('all_reduce', 8)").fetchall()[0][0] == pytest.approx(2 * 7 / 8)
+    assert compared == [1]
+    ro.close()
+
+
 def test_a_record_of_another_state_or_key_is_not_trusted(tmp_path, files, key_records, monkeypatch):
     path = tmp_path / "job.duckdb"
     _ingest(path, files)
@@ -281,6 +310,6 @@ def test_key_records_are_pruned(tmp_path, monkeypatch):
     key_records = tmp_path / "usercache" / "content-keys"
     monkeypatch.setattr(cache, "_MAX_KEY_RECORDS", 4)
     for i in range(6):
-        cache._record_key(str(tmp_path / f"{i}.duckdb"), "state", "key")
+        cache._record(str(tmp_path / f"{i}.duckdb"), "state", content_key="key")
     assert 2 <= len(list(key_records.iterdir())) <= 4
-    assert cache._recorded_key(str(tmp_path / "5.duckdb"), "state") == "key"
+    assert cache._recorded(str(tmp_path / "5.duckdb"), "state")["content_key"] == "key"

@@ -135,6 +135,24 @@ SELECT rank, comm_kernel_id, collective, msg_bytes, comm_start_ns, comm_duration
 FROM _exposure_producer_rows()
 ORDER BY rank, comm_start_ns, comm_kernel_id;
 
+-- @view _exposure_gemm_slowdown
+-- The GEMM slowdowns serialised_pairs charges its pairs: gemm_contention() with its default thresholds, the
+-- columns it reads. A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): measuring
+-- every GEMM again took a quarter of serialised_pairs.
+-- @column scope: 'shape_group' or 'job' (gemm_contention.scope).
+-- @column short_name: Kernel base name (NULL on the job row).
+-- @column grid_x: Grid size, x.
+-- @column grid_y: Grid size, y.
+-- @column grid_z: Grid size, z.
+-- @column block_x: Block size, x.
+-- @column block_y: Block size, y.
+-- @column block_z: Block size, z.
+-- @column slowdown_pct: gemm_contention.slowdown_pct (%), NULL unless measured.
+-- @column status: 'measured' or 'too_few_samples'.
+CREATE OR REPLACE VIEW _exposure_gemm_slowdown AS
+SELECT scope, short_name, grid_x, grid_y, grid_z, block_x, block_y, block_z, slowdown_pct, status
+FROM gemm_contention();
+
 -- @macro serialised_pairs
 -- Producer GEMM, then its exposed collective back to back: producer_links rows with a producer, 0 <= gap_ns <=
 -- back_to_back_ns and comm_exposed_ns > 0; with the headroom a fine-grained (T3-style, tile by tile) overlap of
@@ -167,7 +185,7 @@ ORDER BY rank, comm_start_ns, comm_kernel_id;
 -- @column headroom_ns: overlap_bound_ns − contention_ns (ns); NULL without a slowdown.
 CREATE OR REPLACE MACRO serialised_pairs(back_to_back_ns := 10000) AS TABLE
 WITH _exposure_gc AS (
-  SELECT * FROM gemm_contention()
+  SELECT * FROM _exposure_gemm_slowdown
 ), _exposure_job AS (
   SELECT slowdown_pct FROM _exposure_gc WHERE scope = 'job' AND status = 'measured'
 ), _exposure_p AS (
