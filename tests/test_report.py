@@ -338,3 +338,33 @@ def test_chart_functions_are_pure_and_compile(job):
     for chart in (time_breakdown_chart, overlap_by_rank_chart, overlap_by_collective_chart, msg_size_histogram_chart,
                   busbw_chart, skew_heatmap_chart, straggler_chart, step_timeline_chart):
         assert chart.consumes, chart.__name__  # each names the catalog columns it reads
+
+
+
+def test_step_timeline_breaks_ties_the_documented_way():
+    """Equal durations and equal class totals in one segment (max_segments := 1): the earliest operation, then
+    kernels before memory operations, then the lower id; the class first in name order. Without these rules the
+    rows depended on the order DuckDB's threads met them."""
+    con = connect(None)
+    kernels = [  # id, start, end, full name, class; every operation lasts 100 ns
+        (7, 100, 200, "void late_gemm<1>(int)", "gemm"),
+        (6, 0, 100, "void twin_compute<1>(int)", "compute"),
+        (5, 0, 100, "void early_gemm<1>(int)", "gemm"),
+        (8, 300, 400, "void later_compute<1>(int)", "compute"),
+        (3, 0, 100, "void copy_kernel<1>(int)", "memory"),
+        (9, 900, 1000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", "communication"),
+    ]
+    con.executemany("INSERT INTO kernels (kernel_id, file_id, rank, device_id, start_ns, end_ns, name, short_name, "
+                    "kernel_class) VALUES (?, 1, 0, 0, ?, ?, ?, ?, ?)",
+                    [(i, s, e, n, n.removeprefix("void ").split("<")[0].split("(")[0], c) for i, s, e, n, c in kernels])
+    con.execute("INSERT INTO mem_ops (memop_id, file_id, rank, device_id, start_ns, end_ns, kind, name) VALUES "
+                "(2, 1, 0, 0, 0, 100, 'memset', 'Memset'), (1, 1, 0, 0, 800, 900, 'memcpy', 'Memcpy DtoD')")
+    rows = {r[0]: r[1:] for r in con.execute(
+        "SELECT lane, op_class, longest_op_name, longest_op_full_name, n_ops FROM step_timeline(max_segments := 1)"
+    ).fetchall()}
+    assert rows == {
+        "compute": ("compute", "early_gemm", "void early_gemm<1>(int)", 4),  # gemm and compute 200 ns each
+        "memory": ("memory", "copy_kernel", "void copy_kernel<1>(int)", 3),  # the kernel before the memset
+        "communication": ("communication", "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                          "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", 1),
+    }

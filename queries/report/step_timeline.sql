@@ -20,13 +20,15 @@
 -- @column rank: Rank.
 -- @column lane: 'communication', 'compute' or 'memory'.
 -- @column segment: Bin index of the segment, 0 .. max_segments - 1.
--- @column op_class: Class that took the most time in the segment: kernels.kernel_class, or 'memory' for memcpy/memset.
+-- @column op_class: Class that took the most time in the segment: kernels.kernel_class, or 'memory' for memcpy/memset
+-- (ties: the first in name order).
 -- @column start_offset_ns: Segment start, ns after window_start_ns.
 -- @column end_offset_ns: Segment end, ns after window_start_ns.
 -- @column busy_ns: Summed duration of the segment's operations (ns); can exceed end_offset_ns - start_offset_ns when streams run concurrently.
 -- @column busy_pct: 100 × busy_ns / (end_offset_ns - start_offset_ns), capped at 100.
 -- @column n_ops: Number of kernels and memory operations merged into the segment.
--- @column longest_op_name: Base name of the longest operation in the segment (untrusted trace text).
+-- @column longest_op_name: Base name of the longest operation in the segment (ties: the earliest start, then kernels
+-- before memory operations, then the lower id; untrusted trace text).
 -- @column longest_op_full_name: Full name of that operation, as the trace wrote it (untrusted trace text).
 CREATE OR REPLACE MACRO step_timeline(pick_step := NULL, max_segments := 200, max_ranks := 16) AS TABLE
 WITH step_ranges AS (  -- the one definition of an iteration range: _overlap_steps (overlap/timeline.sql)
@@ -53,47 +55,49 @@ kept_ranks AS (
   SELECT rank FROM (SELECT DISTINCT rank FROM kernels UNION SELECT DISTINCT rank FROM mem_ops)
   ORDER BY rank LIMIT max_ranks
 ),
-ops AS (
-  SELECT k.rank,
-         CASE k.kernel_class WHEN 'communication' THEN 'communication' WHEN 'memory' THEN 'memory' ELSE 'compute' END AS lane,
-         k.kernel_class AS op_class, k.start_ns, k.end_ns, k.short_name AS op_name, k.name AS op_full_name
-  FROM kernels k SEMI JOIN kept_ranks USING (rank)
+ops AS (  -- the kept ranks are the lowest ones: a bound, which the scans can apply
+  SELECT k.rank, k.kernel_class AS op_class, k.start_ns, k.end_ns, false AS is_mem_op, k.kernel_id AS op_id
+  FROM kernels k WHERE k.rank <= (SELECT max(rank) FROM kept_ranks)
   UNION ALL
-  SELECT m.rank, 'memory', 'memory', m.start_ns, m.end_ns, m.name, m.name
-  FROM mem_ops m SEMI JOIN kept_ranks USING (rank)
+  SELECT m.rank, 'memory', m.start_ns, m.end_ns, true, m.memop_id
+  FROM mem_ops m WHERE m.rank <= (SELECT max(rank) FROM kept_ranks)
 ),
-clipped AS (
-  SELECT o.rank, o.lane, o.op_class, o.op_name, o.op_full_name, w.w0, w.w1, w.step_label,
-         greatest(o.start_ns, w.w0) AS s_ns, least(o.end_ns, w.w1) AS e_ns
+binned AS (  -- read once: one aggregation per (rank, lane, bin, class), whose few rows give the segments
+  SELECT o.rank, o.op_class, o.is_mem_op, o.op_id, greatest(o.start_ns, w.w0) AS s_ns,
+         least(o.end_ns, w.w1) AS e_ns,
+         least(CAST(floor((greatest(o.start_ns, w.w0) - w.w0) * CAST(max_segments AS DOUBLE) / greatest(w.w1 - w.w0, 1))
+                    AS BIGINT), max_segments - 1) AS seg
   FROM ops o, win w
   WHERE o.end_ns >= w.w0 AND o.start_ns <= w.w1 AND w.w0 IS NOT NULL
 ),
-binned AS (
-  SELECT *, least(CAST(floor((s_ns - w0) * CAST(max_segments AS DOUBLE) / greatest(w1 - w0, 1)) AS BIGINT),
-                  max_segments - 1) AS seg
-  FROM clipped
-),
 per_class AS (
-  SELECT rank, lane, seg, op_class, sum(e_ns - s_ns) AS class_ns FROM binned GROUP BY ALL
-),
-dominant AS (
-  SELECT rank, lane, seg, arg_max(op_class, class_ns) AS op_class FROM per_class GROUP BY ALL
+  SELECT rank, seg, op_class,
+         CASE op_class WHEN 'communication' THEN 'communication' WHEN 'memory' THEN 'memory' ELSE 'compute' END AS lane,
+         sum(e_ns - s_ns) AS class_ns, min(s_ns) AS s_ns, max(e_ns) AS e_ns,
+         count(*) AS n_ops,
+         -- the longest; ties: the earliest, then kernels before memory operations, then the lower id (names are
+         -- looked up for the winners only)
+         max({'ns': e_ns - s_ns, 'start': -s_ns, 'kernel': NOT is_mem_op, 'neg_id': -op_id}) AS longest_op
+  FROM binned GROUP BY ALL
 ),
 segments AS (
-  SELECT rank, lane, seg, any_value(step_label) AS step_label, any_value(w0) AS w0, any_value(w1) AS w1,
-         min(s_ns) AS seg_start_ns, max(e_ns) AS seg_end_ns, sum(e_ns - s_ns) AS busy_ns, count(*) AS n_ops,
-         arg_max({'b': op_name, 'f': op_full_name}, e_ns - s_ns) AS longest_op
-  FROM binned GROUP BY ALL
+  SELECT rank, lane, seg, first(op_class ORDER BY class_ns DESC, op_class) AS op_class, min(s_ns) AS seg_start_ns,
+         max(e_ns) AS seg_end_ns, sum(class_ns) AS busy_ns, sum(n_ops) AS n_ops, max(longest_op) AS longest_op
+  FROM per_class GROUP BY ALL
 )
-SELECT s.step_label,
-       s.w0 AS window_start_ns,
-       CAST(s.w1 - s.w0 AS BIGINT) AS window_duration_ns,
-       s.rank, s.lane, s.seg AS segment, d.op_class,
-       CAST(s.seg_start_ns - s.w0 AS BIGINT) AS start_offset_ns,
-       CAST(s.seg_end_ns - s.w0 AS BIGINT) AS end_offset_ns,
+SELECT w.step_label,
+       w.w0 AS window_start_ns,
+       CAST(w.w1 - w.w0 AS BIGINT) AS window_duration_ns,
+       s.rank, s.lane, s.seg AS segment, s.op_class,
+       CAST(s.seg_start_ns - w.w0 AS BIGINT) AS start_offset_ns,
+       CAST(s.seg_end_ns - w.w0 AS BIGINT) AS end_offset_ns,
        CAST(s.busy_ns AS BIGINT) AS busy_ns,
        CASE WHEN s.seg_end_ns > s.seg_start_ns
             THEN least(100.0, 100.0 * s.busy_ns / (s.seg_end_ns - s.seg_start_ns)) ELSE 100.0 END AS busy_pct,
-       s.n_ops, s.longest_op.b AS longest_op_name, s.longest_op.f AS longest_op_full_name
-FROM segments s JOIN dominant d USING (rank, lane, seg)
+       CAST(s.n_ops AS BIGINT) AS n_ops, CASE WHEN s.longest_op.kernel THEN lk.short_name ELSE lm.name END AS longest_op_name,
+       CASE WHEN s.longest_op.kernel THEN lk.name ELSE lm.name END AS longest_op_full_name
+FROM segments s CROSS JOIN win w
+LEFT JOIN kernels lk ON s.longest_op.kernel AND lk.kernel_id = -s.longest_op.neg_id
+LEFT JOIN mem_ops lm ON NOT s.longest_op.kernel AND lm.memop_id = -s.longest_op.neg_id
+WHERE w.w0 IS NOT NULL
 ORDER BY rank, lane, segment;
