@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .db import DUCKDB_MAGIC, connect, seal_read_only, settle
+from .db import DUCKDB_MAGIC, connect, read_head, seal_read_only, settle
 from .errors import InputError, UsageError
 
 if TYPE_CHECKING:  # imported where rows are made: commands that make none (ingest) start sooner
@@ -40,8 +40,7 @@ def is_database(path: str | Path) -> bool:
     if not p.is_file():
         return False
     try:
-        with open(p, "rb") as f:
-            head = f.read(12)
+        head = read_head(p, 12)
     except OSError:
         return False
     return head[8:12] == DUCKDB_MAGIC

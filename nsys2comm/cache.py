@@ -49,7 +49,7 @@ import os
 import duckdb
 
 from . import catalog, usercache
-from .db import settle, sweep_memory_limit
+from .db import held_descriptor, settle, sweep_memory_limit
 
 # helper views whose snapshot may replace the live computation: view name -> snapshot table
 _MATERIALIZABLE = {"_overlap_step_ranges": "_overlap_step_ranges_snapshot",
@@ -188,14 +188,18 @@ _MAX_KEY_RECORDS = 512
 
 def _file_state(path: str) -> str | None:
     """The database file's committed state as the file system shows it (identity, size, mtime, headers), or None
-    while a write-ahead log holds commits the file does not show yet. Read while the caller's connection holds
-    the file's lock."""
+    while a write-ahead log holds commits the file does not show yet, or where it cannot be read safely.
+
+    Read while the caller's connection holds the file's lock, through DuckDB's own descriptor (``held_descriptor``:
+    opening the file here would drop that lock). Without /proc (not Linux) there is no state, and sessions count."""
     try:
         if any(os.path.getsize(w) for w in glob.glob(glob.escape(path) + ".wal*")):
             return None
-        st = os.stat(path)
-        with open(path, "rb") as f:
-            head = f.read(_HEADER_BYTES)
+        fd = held_descriptor(path)
+        if fd is None:
+            return None
+        st = os.fstat(fd)
+        head = os.pread(fd, _HEADER_BYTES, 0)
     except OSError:
         return None
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{hashlib.sha256(head).hexdigest()}"
@@ -247,10 +251,13 @@ def _prune_key_records(directory: str) -> None:
             os.unlink(p)
 
 
-def catalog_installed(con, path: str) -> bool:
-    """``catalog.is_installed`` for a read-only session, taken from the file's record when a session already
-    found this package's catalog in the file's current state (comparing every stored definition costs ~35 ms of
-    each fresh process's open)."""
+def catalog_installed(con) -> bool:
+    """``catalog.is_installed``, taken from the file's record when a session already found this package's catalog
+    in the file's current state (comparing every stored definition costs 35-65 ms of each fresh process's open,
+    and of each ingest's start)."""
+    path, _ = _db_state(con)
+    if path is None:
+        return catalog.is_installed(con)
     state = _file_state(path)
     if state is not None and _recorded(path, state).get("catalog") == catalog.digest():
         return True

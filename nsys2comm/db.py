@@ -9,6 +9,7 @@ ATTACH, file or URL readers, secrets, INSTALL or LOAD), extension autoload and a
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -72,6 +73,35 @@ def _what_is(head: bytes) -> str:
     return "is not a DuckDB database"
 
 
+def held_descriptor(path: str | Path) -> int | None:
+    """A descriptor this process already holds on the file (DuckDB's, while a connection has it open), found
+    without opening the file; None where there is none or no /proc to look in.
+
+    DuckDB locks database files with POSIX record locks, and a process loses those on closing *any* descriptor of
+    the file: reading a database this process has open must go through the descriptor it holds."""
+    real = os.path.realpath(path)
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == real:
+                return int(fd)
+        except OSError:  # closed meanwhile (listdir's own descriptor)
+            continue
+    return None
+
+
+def read_head(path: str | Path, n: int) -> bytes:
+    """The first ``n`` bytes of a file that may be a database this process has open (``held_descriptor``)."""
+    fd = held_descriptor(path)
+    if fd is not None:
+        return os.pread(fd, n, 0)
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
 def check_db_path(path: str | Path, *, write: bool) -> None:
     """A job database is a DuckDB file or, for a writer, a new path; anything else is refused before DuckDB opens
     it (DuckDB opens an existing JSON or CSV file as an empty in-memory database, and autoloads the sqlite
@@ -86,8 +116,7 @@ def check_db_path(path: str | Path, *, write: bool) -> None:
         raise InputError("is a directory, not a DuckDB database", path=str(p),
                          hint="give a .duckdb file made by 'nsys2comm ingest', or a new path")
     try:
-        with open(p, "rb") as f:
-            head = f.read(4096)
+        head = read_head(p, 4096)
     except OSError as e:
         raise InputError(f"cannot read ({e.strerror})", path=str(p), hint="check the path and permissions") from None
     if len(head) >= 12 and head[8:12] == DUCKDB_MAGIC:
@@ -141,8 +170,6 @@ def sweep_memory_limit() -> str:
     """Memory for the shared sweeps a writer stores once its files are in (``cache.refresh_cache``): the decoders
     have finished by then, and at ``WRITER_MEMORY_LIMIT`` the sweeps over 10M kernels spill (58.8 s against 38.3 s
     at 2 GB). An eighth of the machine's RAM, between 256 MB and 4 GB; DuckDB takes only what the sweeps need."""
-    import os
-
     try:
         ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # no sysconf (Windows): stay at the writer's limit
@@ -151,7 +178,6 @@ def sweep_memory_limit() -> str:
 
 
 def _writer_temp_directory() -> str:
-    import os
     import tempfile
 
     d = os.path.join(tempfile.gettempdir(), "nsys2comm-duckdb-spill")
@@ -205,8 +231,10 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
     con = _open_waiting(path, write, config, lock_timeout_s)
     try:
         _check_is_job_db(con, path)
+        from .cache import catalog_installed, use_cache  # late: cache builds on this module
+
         if write:
-            if not catalog.is_installed(con):
+            if not catalog_installed(con):
                 catalog.install(con, tables_only=not objects)  # helpers stay live: a writer never reads the cache
             return con
         if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'files'").fetchall()[0][0]:
@@ -214,9 +242,7 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
                              hint="create it by ingesting traces into it (nsys2comm ingest, or Job.ingest)")
         own = str(Path(path).resolve())
         seal_read_only(con, [own, own + ".wal"])
-        from .cache import catalog_installed, use_cache  # late: cache builds on this module
-
-        if not catalog_installed(con, path):  # written by another nsys2comm, or changed by hand since
+        if not catalog_installed(con):  # written by another nsys2comm, or changed by hand since
             _install_temp_objects(con)
         use_cache(con)
     except BaseException:

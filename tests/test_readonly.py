@@ -187,3 +187,25 @@ def test_cli_ingest_db_notes_json(tmp_path):
 def test_db_refuses_a_directory(tmp_path):
     with pytest.raises(InputError, match="is a directory"):
         db.connect(tmp_path, write=True)
+
+
+def _writer_locked_out(path) -> bool:
+    """Whether another process is refused a writable DuckDB connection to ``path`` right now."""
+    code = ("import duckdb, sys\n"
+            "try:\n    duckdb.connect(sys.argv[1]).close()\nexcept duckdb.IOException:\n    sys.exit(3)\n")
+    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True).returncode == 3
+
+
+def test_open_sessions_keep_their_lock_on_the_file(tmp_path):
+    """DuckDB locks with POSIX record locks, which a process loses on closing any descriptor of the file: reading
+    the file's state for the content-key record, or its head when the same process opens it again, must not let a
+    writer in beside a session that is reading."""
+    path = tmp_path / "job.duckdb"
+    db.connect(path, write=True).close()
+    first = db.connect(path)  # reads the file's state (content-key and catalog records)
+    assert _writer_locked_out(path)
+    second = db.connect(path)  # reads the head again (check_db_path) while the first holds the file
+    assert _writer_locked_out(path)
+    second.close()
+    first.close()
+    assert not _writer_locked_out(path)

@@ -261,7 +261,9 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
         ranks = [r[0] for r in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank", [fid]).fetchall()]
         done(FileResult(str(path), "ingested", "", fid, ranks))
 
-    installing = None if catalog.is_installed(con) else _CatalogInstall(con)
+    from ..cache import catalog_installed  # late: decoder processes import this package without DuckDB
+
+    installing = None if catalog_installed(con) else _CatalogInstall(con)
     completed = terminated = False
     try:
         _write_all(con, todo, options, jobs, record, fail, progress, installing)
