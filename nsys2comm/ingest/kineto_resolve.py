@@ -10,27 +10,37 @@ from .kineto_decode import HINT_BAD_VALUE
 
 _TABLES = ("kernels", "mem_ops", "api_calls", "cpu_ranges")
 
-def _collectives_without_kernels(con, fid: int) -> int:
-    """record_param_comms operations that no communication kernel links to (by External id or launch nesting)."""
-    return con.execute("""
-      WITH rec AS (SELECT * FROM _ingest_kineto_comm_records($fid)),
-      linked AS (
-        SELECT unnest([e1, e2, e3, e4]) AS range_id FROM _ingest_kineto_launch_chain($fid)
-        UNION SELECT x.range_id FROM rec x JOIN rec k ON k.kind = '_kernel_args' AND x.ext_id = k.ext_id
-                                                  AND x.kind = 'cpu_op')
-      SELECT count(*) FROM rec
-      WHERE name = 'record_param_comms' AND NOT is_wait AND coll IS NOT NULL
-        AND range_id NOT IN (SELECT range_id FROM linked WHERE range_id IS NOT NULL)""", {"fid": fid}).fetchone()[0]
+# the file's communication records and launch chains, staged once for comm_ops and for the notes (TEMP tables of
+# the writer's transaction: a failed file leaves none behind)
+_RECORDS, _CHAIN = "_ingest_kineto_records_staged", "_ingest_kineto_chain_staged"
 
 
 def finalize(con, file_id: int) -> None:
     fid = int(file_id)
     rank, = con.execute("SELECT rank FROM ranks WHERE file_id = ? LIMIT 1", [fid]).fetchone()
     _place_on_job_timeline(con, fid, rank)
-    con.execute("INSERT INTO comm_ops BY NAME SELECT * FROM _ingest_kineto_comm_ops(?)", [fid])
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {_RECORDS} AS SELECT * FROM _ingest_kineto_comm_records(?)", [fid])
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {_CHAIN} AS "
+                f"SELECT * FROM _ingest_kineto_launch_chain(?, '{_RECORDS}')", [fid])
+    con.execute(f"INSERT INTO comm_ops BY NAME SELECT * FROM _ingest_kineto_comm_ops(?, '{_RECORDS}', '{_CHAIN}')",
+                [fid])
     for sev, code, msg in _comm_notes(con, fid):
         con.execute("INSERT INTO ingest_notes VALUES (?, ?, ?, ?, ?)", [fid, rank, sev, code, msg])
+    con.execute(f"DROP TABLE {_RECORDS}")
+    con.execute(f"DROP TABLE {_CHAIN}")
     con.execute(f"DELETE FROM cpu_ranges WHERE file_id = {fid} AND kind = '_kernel_args'")
+
+
+def _collectives_without_kernels(con) -> int:
+    """record_param_comms operations that no communication kernel links to (by External id or launch nesting)."""
+    return con.execute(f"""
+      WITH linked AS (
+        SELECT unnest([e1, e2, e3, e4]) AS range_id FROM {_CHAIN}
+        UNION SELECT x.range_id FROM {_RECORDS} x JOIN {_RECORDS} k ON k.kind = '_kernel_args' AND x.ext_id = k.ext_id
+                                                                  AND x.kind = 'cpu_op')
+      SELECT count(*) FROM {_RECORDS}
+      WHERE name = 'record_param_comms' AND NOT is_wait AND coll IS NOT NULL
+        AND range_id NOT IN (SELECT range_id FROM linked WHERE range_id IS NOT NULL)""").fetchone()[0]
 
 
 def _place_on_job_timeline(con, fid: int, rank: int) -> None:
@@ -66,7 +76,7 @@ def _comm_notes(con, fid: int) -> list[tuple[str, str, str]]:
         notes.append(("info", "assumed_group_size",
                       f"{n_assumed} of {n_comm} communication kernels record no process group; the trace shows only "
                       "the default group, so its size was assumed to be the world size"))
-    n_cpu_only = _collectives_without_kernels(con, fid)
+    n_cpu_only = _collectives_without_kernels(con)
     if n_cpu_only:
         notes.append(("info", "collectives_without_kernels",
                       f"{n_cpu_only} collectives recorded on the CPU launched no communication kernel (e.g. a "

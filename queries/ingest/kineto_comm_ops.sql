@@ -123,12 +123,14 @@ FROM r;
 -- (depth = open ranges at each start; a probe's innermost enclosing range is the latest-started range one level
 -- up) and ASOF joins, never a range join. Only communication records count as ranges.
 -- @param fid: File id.
+-- @param records: Name of the table holding the file's _ingest_kineto_comm_records rows (finalize stages them once
+-- for the resolution and its notes: parsing every record's args took most of a file's finalize).
 -- @column kernel_id: Communication kernel.
 -- @column e1: Innermost enclosing range (range_id), or NULL.
 -- @column e2: Its parent, or NULL.
 -- @column e3: The next level up, or NULL.
 -- @column e4: The next level up, or NULL.
-CREATE OR REPLACE MACRO _ingest_kineto_launch_chain(fid) AS TABLE
+CREATE OR REPLACE MACRO _ingest_kineto_launch_chain(fid, records) AS TABLE
 WITH ck AS (
   SELECT kernel_id, correlation_id FROM kernels WHERE file_id = fid AND kernel_class = 'communication'
 ), launch AS (  -- the first runtime/driver call of each correlation (a graph replay launches many kernels)
@@ -136,7 +138,7 @@ WITH ck AS (
          arg_min(end_ns, start_ns) AS end_ns
   FROM api_calls WHERE file_id = fid AND correlation_id IN (SELECT correlation_id FROM ck) GROUP BY correlation_id
 ), rng AS (
-  SELECT range_id, pid, tid, start_ns, end_ns FROM _ingest_kineto_comm_records(fid)
+  SELECT range_id, pid, tid, start_ns, end_ns FROM query_table(records)
   WHERE kind <> '_kernel_args' AND NOT is_wait AND pid IS NOT NULL AND tid IS NOT NULL
 ), ev AS (  -- at one instant: ranges ending, then ranges starting (outer first), then launches
   SELECT pid, tid, start_ns AS t, 1 AS cls, start_ns - end_ns AS tie, range_id AS id, 1 AS delta, false AS probe FROM rng
@@ -167,6 +169,8 @@ LEFT JOIN parent p4 ON p4.range_id = p3.parent_id;
 -- @macro _ingest_kineto_comm_ops
 -- comm_ops rows of one Kineto file (see this file's header for the resolution order).
 -- @param fid: File id.
+-- @param records: Name of the table holding the file's _ingest_kineto_comm_records rows.
+-- @param chain: Name of the table holding the file's _ingest_kineto_launch_chain rows.
 -- @column kernel_id: comm_ops.kernel_id.
 -- @column file_id: comm_ops.file_id.
 -- @column rank: comm_ops.rank.
@@ -188,9 +192,9 @@ LEFT JOIN parent p4 ON p4.range_id = p3.parent_id;
 -- @column size_source: comm_ops.size_source.
 -- @column group_source: comm_ops.group_source.
 -- @column peer_source: comm_ops.peer_source.
-CREATE OR REPLACE MACRO _ingest_kineto_comm_ops(fid) AS TABLE
+CREATE OR REPLACE MACRO _ingest_kineto_comm_ops(fid, records, chain) AS TABLE
 WITH rec AS (
-  SELECT * FROM _ingest_kineto_comm_records(fid)
+  SELECT * FROM query_table(records)
 ), ck AS (
   SELECT kernel_id, rank, short_name, (kernel_id & ((1::BIGINT << 40) - 1)) AS kidx
   FROM kernels WHERE file_id = fid AND kernel_class = 'communication'
@@ -207,7 +211,7 @@ WITH rec AS (
   UNION ALL
   SELECT c.kernel_id, 2 + lvl, CASE WHEN r.name = 'record_param_comms' THEN 'record_param_comms' ELSE 'launch_annotation' END, r.*
   FROM (SELECT kernel_id, unnest([e1, e2, e3, e4]) AS range_id, unnest([1, 2, 3, 4]) AS lvl
-        FROM _ingest_kineto_launch_chain(fid)) c
+        FROM query_table(chain)) c
   JOIN rec r USING (range_id)
 ), sized AS (
   SELECT *, CASE WHEN (in_n IS NOT NULL OR out_n IS NOT NULL) AND nelems_dtype IS NOT NULL THEN 'nelems'
