@@ -135,8 +135,8 @@ CREATE OR REPLACE MACRO _model_groups() AS TABLE
 WITH rec AS (SELECT * FROM _model_group_records),
 job AS (SELECT coalesce(max(world_size), count(*)) AS world FROM ranks),
 g AS (
-  SELECT group_key, any_value(pg_name) AS pg_name, mode(pg_desc) AS pg_desc, any_value(members) AS members,
-         list_sort(list(DISTINCT rank)) AS seen, mode(group_size) AS size_rec, bool_or(size_assumed) AS size_assumed,
+  SELECT group_key, any_value(pg_name) AS pg_name, _prelude_most_common(histogram(pg_desc)) AS pg_desc, any_value(members) AS members,
+         list_sort(list(DISTINCT rank)) AS seen, _prelude_most_common(histogram(group_size)) AS size_rec, bool_or(size_assumed) AS size_assumed,
          count(kernel_id) AS ops,
          count(kernel_id) FILTER (WHERE collective IN ('send', 'recv', 'send_recv')) AS p2p_ops,
          count(kernel_id) FILTER (WHERE collective = 'all_reduce') AS all_reduce_ops,
@@ -305,7 +305,7 @@ lay AS (
          CAST(_model_param(ep, 'ep') AS BIGINT) AS l_ep
 ), world AS (SELECT coalesce(max(world_size), count(*)) AS n FROM ranks),
 p2p AS (  -- send/recv on groups that are not pipeline groups: the stage distance k is the most common |peer - rank|
-  SELECT mode(abs(r.peer_rank - r.rank)) AS k, count(*) AS n_ops
+  SELECT _prelude_most_common(histogram(abs(r.peer_rank - r.rank))) AS k, count(*) AS n_ops
   FROM _model_group_records r JOIN gk USING (group_key)
   WHERE r.collective IN ('send', 'recv', 'send_recv') AND r.peer_rank IS NOT NULL AND r.peer_rank <> r.rank
     AND gk.kind <> 'pp'
@@ -366,7 +366,7 @@ agg AS (
   SELECT kind, max(degree) AS degree, count(*) AS groups,
          list_sort(list(DISTINCT degree) FILTER (WHERE degree IS NOT NULL)) AS degrees,
          max(list_position(['named', 'inferred', 'assumed'], confidence)) AS weakest,
-         mode(source) AS source, bool_or(source = 'pg_desc') AS named
+         _prelude_most_common(histogram(source)) AS source, bool_or(source = 'pg_desc') AS named
   FROM pl WHERE kind IN ('tp', 'cp', 'ep', 'dp', 'pp') GROUP BY kind
 )
 SELECT l.kind,

@@ -236,7 +236,7 @@ steps AS (
   FROM expected e CROSS JOIN cfg c
 ), per_rank AS (
   SELECT step_ord, kind, collective, rank, sum(op_bytes) AS b, count(*) AS n, count(*) - count(op_bytes) AS n_unsized,
-         mode(op_dtype) AS op_dtype
+         _prelude_most_common(histogram(op_dtype)) AS op_dtype
   FROM ops GROUP BY ALL
 ), meas AS (
   SELECT p.step_ord, p.kind, p.collective, sum(p.n) AS ops, sum(p.n_unsized) AS unsized_ops,
@@ -244,7 +244,7 @@ steps AS (
          CASE WHEN sum(p.b) IS NULL THEN NULL
               WHEN count(DISTINCT p.rank) < (SELECT n FROM n_traced) THEN 0 ELSE min(coalesce(p.b, 0)) END
            AS measured_min_bytes,
-         max(p.b) AS measured_max_bytes, mode(p.op_dtype) AS op_dtype
+         max(p.b) AS measured_max_bytes, _prelude_most_common(histogram(p.op_dtype)) AS op_dtype
   FROM per_rank p WHERE p.rank IN (SELECT rank FROM traced) GROUP BY ALL
 ), keys AS (
   SELECT st.step_ord, st.step_no, e.kind, e.collective FROM steps st CROSS JOIN pred e

@@ -143,7 +143,8 @@ FROM _skew_comm_keys c LEFT JOIN off USING (rank);
 -- @column instance_key: Matching key.
 -- @column match_rule: 'pg_seq', 'group_order', 'rank_order' or 'p2p_pair'.
 -- @column kind: 'collective' or 'p2p'.
--- @column collective: Collective (the most common name across ranks); 'p2p' for a matched send/recv pair.
+-- @column collective: Collective (the most common name across ranks, ties: the first in name order); 'p2p' for a matched
+-- send/recv pair.
 -- @column pg_name: Group, when known.
 -- @column seq: Sequence number, when known (the lowest across ranks: a p2p pair's send and recv number apart).
 -- @column msg_bytes: Largest size S reported across ranks (bytes), when known.
@@ -163,7 +164,7 @@ FROM _skew_comm_keys c LEFT JOIN off USING (rank);
 -- @column rank_wait_ns: Per rank wait, a list of {rank, wait_ns} sorted by rank (ns).
 CREATE OR REPLACE VIEW _skew_comm_instances AS
 WITH g AS (
-  SELECT instance_key, any_value(match_rule) AS match_rule, mode(collective) AS collective,
+  SELECT instance_key, any_value(match_rule) AS match_rule, _prelude_most_common(histogram(collective)) AS collective,
          any_value(pg_name) AS pg_name, min(seq) AS seq, max(msg_bytes) AS msg_bytes,
          max(group_size) AS group_size, any_value(src_rank) AS src_rank, any_value(dst_rank) AS dst_rank,
          count(DISTINCT rank) AS ranks_seen, count(*) FILTER (WHERE collective = 'recv') AS recvs,
