@@ -55,6 +55,7 @@ from .db import held_descriptor, settle, sweep_memory_limit
 _MATERIALIZABLE = {"_overlap_step_ranges": "_overlap_step_ranges_snapshot",
                    "_overlap_gpu_timeline": "_gpu_timeline_snapshot",
                    "_overlap_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
+                   "_overlap_comm_kernels": "_overlap_comm_kernels_snapshot",
                    "_skew_comm_keys": "_skew_comm_keys_snapshot",
                    "_skew_ops": "_skew_ops_snapshot",
                    "_skew_comm_instances": "_skew_comm_instances_snapshot",

@@ -24,8 +24,8 @@ from .errors import UsageError
 
 # cache._MATERIALIZABLE's views whose rows for a rank depend only on that rank's rows (checked by
 # tests/test_dask.py: equal to the whole-job computation); the rest is the driver's cross-rank stage
-PER_RANK = ("_overlap_step_ranges", "_overlap_gpu_timeline", "_overlap_comm_kernel_overlap", "_exposure_launches",
-            "_exposure_producer_pick", "_exposure_gemm_coverage", "_model_op_rank_steps")
+PER_RANK = ("_overlap_step_ranges", "_overlap_gpu_timeline", "_overlap_comm_kernel_overlap", "_overlap_comm_kernels",
+            "_exposure_launches", "_exposure_producer_pick", "_exposure_gemm_coverage", "_model_op_rank_steps")
 CROSS_RANK = tuple(v for v in cache._MATERIALIZABLE if v not in PER_RANK)
 INSTALL_HINT = "pip install 'nsys2comm[dask]'"
 

@@ -79,7 +79,7 @@ CREATE OR REPLACE VIEW _exposure_kernel_evidence AS
 WITH ck AS (
   SELECT c.kernel_id, c.rank, c.device_id, c.stream_id, c.start_ns, c.end_ns, c.duration_ns, c.collective,
          c.pg_name, c.exposed_ns, k.correlation_id
-  FROM _overlap_comm_kernels() c JOIN kernels k USING (kernel_id)
+  FROM _overlap_comm_kernels c JOIN kernels k USING (kernel_id)
 ), comp AS (
   SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE is_computation_class(kernel_class)
 ), comp_k AS (

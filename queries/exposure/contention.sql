@@ -120,7 +120,7 @@ SELECT c.kernel_id, c.rank, w.window_ord, c.collective, c.msg_bytes, c.group_siz
        CASE WHEN c.overlapped_by_compute_ns = 0 THEN 'alone'
             WHEN 100 * c.overlapped_by_compute_ns >= overlapped_min_pct * c.duration_ns THEN 'overlapped'
             ELSE 'partial' END AS sample
-FROM _overlap_comm_kernels() c
+FROM _overlap_comm_kernels c
 JOIN _exposure_kernel_window('communication') w USING (kernel_id)
 WHERE c.duration_ns > 0;
 

@@ -99,7 +99,7 @@ SELECT c.rank, c.kernel_id AS comm_kernel_id, c.collective, c.msg_bytes, c.start
        l.gemm_short_name, l.gemm_grid_x, l.gemm_grid_y, l.gemm_grid_z, l.gemm_block_x, l.gemm_block_y,
        l.gemm_block_z, l.gemm_start_ns, l.gemm_end_ns, l.gemm_end_ns - l.gemm_start_ns AS gemm_duration_ns,
        c.start_ns - l.gemm_end_ns AS gap_ns, l.link_source
-FROM _overlap_comm_kernels() c
+FROM _overlap_comm_kernels c
 JOIN _exposure_producer_pick l USING (kernel_id)
 WHERE c.collective NOT IN ('send', 'recv', 'send_recv');
 

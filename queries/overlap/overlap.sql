@@ -68,9 +68,11 @@ SELECT probe_id AS kernel_id, CAST(sum(side * comp_cov) AS BIGINT) AS comp_ns,
        CAST(sum(side * gemm_cov) AS BIGINT) AS gemm_ns
 FROM cov WHERE probe_id IS NOT NULL GROUP BY probe_id;
 
--- @macro _overlap_comm_kernels
+-- @view _overlap_comm_kernels
 -- comm_kernels' rows, unordered, for the analyses that join or aggregate them: a macro's ORDER BY is kept
--- inside the queries that read it (a sort of every communication kernel).
+-- inside the queries that read it (a sort of every communication kernel). A view, so that ingest stores it with
+-- the other shared sweeps (nsys2comm.cache): joining every communication kernel with its overlap and its comm_ops
+-- row was most of comm_kernels and of the analyses built on it.
 -- @column kernel_id: Kernel id (kernels.kernel_id).
 -- @column rank: Rank.
 -- @column device_id: Device.
@@ -92,7 +94,7 @@ FROM cov WHERE probe_id IS NOT NULL GROUP BY probe_id;
 -- @column overlapped_by_compute_ns: Part of the kernel during which any computation kernel ran on the rank (ns).
 -- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
 -- @column exposed_ns: Part of the kernel with no computation running (ns).
-CREATE OR REPLACE MACRO _overlap_comm_kernels() AS TABLE
+CREATE OR REPLACE VIEW _overlap_comm_kernels AS
 WITH p AS (SELECT * FROM _overlap_comm_kernel_overlap)
 SELECT k.kernel_id, k.rank, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns,
        k.short_name, coalesce(o.collective, 'unknown') AS collective, o.msg_bytes, o.in_bytes, o.out_bytes, o.dtype,
@@ -135,7 +137,7 @@ LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id;
 -- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
 -- @column exposed_ns: Part of the kernel with no computation running (ns).
 CREATE OR REPLACE MACRO comm_kernels() AS TABLE
-SELECT * FROM _overlap_comm_kernels() ORDER BY rank, start_ns, kernel_id;
+SELECT * FROM _overlap_comm_kernels ORDER BY rank, start_ns, kernel_id;
 
 -- @macro overlap_by_rank
 -- Per rank: union of communication-kernel time and how much of it is hidden under computation.

@@ -18,7 +18,7 @@ SELECT collective, count(*) AS calls, CAST(sum(duration_ns) AS BIGINT) AS comm_n
        CAST(sum(overlapped_by_gemm_ns) AS BIGINT) AS gemm_overlapped_ns,
        CAST(sum(exposed_ns) AS BIGINT) AS exposed_comm_ns,
        100.0 * sum(exposed_ns) / nullif(sum(duration_ns), 0) AS exposed_pct
-FROM _overlap_comm_kernels()
+FROM _overlap_comm_kernels
 GROUP BY collective
 ORDER BY comm_ns DESC, collective;
 
@@ -43,7 +43,7 @@ ORDER BY comm_ns DESC, collective;
 CREATE OR REPLACE MACRO top_comm_kernels(n := 25) AS TABLE
 WITH x AS MATERIALIZED (  -- comm_kernels once for both aggregations
   SELECT c.short_name, c.collective, c.rank, c.duration_ns, c.exposed_ns, c.msg_bytes, k.name
-  FROM _overlap_comm_kernels() c JOIN kernels k USING (kernel_id)
+  FROM _overlap_comm_kernels c JOIN kernels k USING (kernel_id)
 ), per_name AS (
   SELECT short_name, collective, name, sum(duration_ns) AS name_ns FROM x GROUP BY ALL
 ), names AS (
