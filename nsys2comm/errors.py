@@ -16,6 +16,16 @@ class Nsys2CommError(Exception):
         head = f"{self.path}: {self.what}" if self.path else self.what
         return f"{head} ({self.hint})" if self.hint else head
 
+    def __reduce__(self):  # raised in a decoder process: arrives with its path and hint, not as one flat line
+        return _rebuild, (type(self), self.__dict__)
+
+
+def _rebuild(cls: type[Nsys2CommError], state: dict) -> Nsys2CommError:
+    err = cls.__new__(cls)
+    err.__dict__.update(state)
+    Exception.__init__(err, err.line())
+    return err
+
 
 class InputError(Nsys2CommError):
     """A trace or database that cannot be read as given."""

@@ -8,6 +8,7 @@ import sqlite3
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import nsys2comm.db as db
@@ -29,6 +30,46 @@ def _ingest_one(path, **kw):
     res = ingest(con, [path], jobs=1, **kw)
     assert [r.status for r in res] == ["ingested"], res
     return con
+
+
+def _batches(path: Path, **extra) -> dict:
+    from nsys2comm.ingest import nsys
+    from nsys2comm.ingest.base import ReadOptions
+
+    out: dict = {}
+    for b in nsys.read(path, ReadOptions(extra=extra)):
+        out.setdefault(b.table, []).append(b.data)
+    return {t: pa.concat_tables(parts, promote_options="default").to_pylist() for t, parts in out.items()}
+
+
+@pytest.mark.parametrize("version", ["2.9.1", "3.25.0"])
+def test_reading_by_rowid_ranges_in_decoder_processes_gives_the_same_rows(tmp_path, version):
+    """The row tables read in two decoder processes, 7 rowids at a time (ranges ending mid-table, memset ids after
+    memcpy's, NVTX ranges filtered inside a range), equal a read in one process, notes included; and a range reader
+    keeps rows of processes that are not ranks out as the sequential reader does."""
+    path = write_nsys(make_run(world_size=2, steps=2, seed=5), tmp_path / "r.sqlite", version)
+    c = sqlite3.connect(path)  # rows the notes count: one negative kernel, one memcpy, one runtime call
+    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME"):
+        c.execute(f'UPDATE {t} SET "end" = start - 1 WHERE rowid = (SELECT max(rowid) FROM {t}) - 3')
+    c.commit()
+    c.close()
+    one = _batches(path, nsys_workers=0)
+    assert one["ingest_notes"] and len(one["kernels"]) > 20 and one["mem_ops"] and one["cpu_ranges"]
+    assert _batches(path, nsys_workers=2, nsys_range_rows=7) == one
+
+
+def test_a_bad_value_read_in_a_decoder_process_is_the_same_one_line_error(tmp_path):
+    path = write_nsys(make_run(world_size=2, steps=1), tmp_path / "b.sqlite", "3.25.0")
+    c = sqlite3.connect(path)
+    c.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = 'soon' WHERE rowid = 5")
+    c.commit()
+    c.close()
+    errs = []
+    for workers in (0, 2):
+        with pytest.raises(InputError) as ei:
+            _batches(path, nsys_workers=workers, nsys_range_rows=3)
+        errs.append((str(ei.value), ei.value.path, ei.value.hint))
+    assert errs[0] == errs[1] and errs[1][1] == str(path) and "not integers" in errs[1][0], errs
 
 
 def _independent_counts(path: Path):

@@ -4,6 +4,7 @@ with an ingest note. The exports are written by the fixture writer, then damaged
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,20 @@ def _damaged(good: Path, tmp_path: Path, *sql: str, loosen: str | None = None) -
     return path
 
 
+@pytest.fixture(autouse=True, params=[0, 2], ids=["one-process", "decoder-processes"])
+def readers(request, monkeypatch):
+    """Every case read in one process, and by rowid ranges in two decoder processes (the default for large
+    exports): both refuse or store the same way."""
+    monkeypatch.setattr(sys.modules[__name__], "_EXTRA", {"nsys_workers": request.param, "nsys_range_rows": 4})
+
+
+_EXTRA: dict = {}
+
+
 def _refused(path: Path, *fragments: str) -> str:
     con = db.connect(None)
     with pytest.raises(InputError) as ei:
-        ingest(con, [path], jobs=1)
+        ingest(con, [path], jobs=1, read_extra=_EXTRA)
     msg = str(ei.value)
     assert msg.startswith(str(path) + ": ") and "\n" not in msg, msg
     for f in fragments:
@@ -52,7 +63,7 @@ def _refused(path: Path, *fragments: str) -> str:
 
 def _stored(path: Path):
     con = db.connect(None)
-    res = ingest(con, [path], jobs=1)
+    res = ingest(con, [path], jobs=1, read_extra=_EXTRA)
     assert [r.status for r in res] == ["ingested"], res
     return con
 

@@ -48,6 +48,28 @@ ID_COLUMNS = {"kernels": "kernel_id", "mem_ops": "memop_id", "cpu_ranges": "rang
 ID_SHIFT = 40  # job-unique id = file_id << 40 | index in file
 
 
+def shift_ids(table: str, data: pa.Table, by: int) -> pa.Table:
+    """``data`` with its id column (ID_COLUMNS) raised by ``by``: a piece's row indexes -> the file's."""
+    if not by:
+        return data
+    import pyarrow.compute as pc
+
+    idc = ID_COLUMNS[table]
+    return data.set_column(data.schema.get_field_index(idc), idc, pc.add(data[idc], pa.scalar(by, pa.int64())))
+
+
+def decoder_processes_for(size_bytes: int, min_bytes: int) -> int:
+    """Decoder processes for a file of ``size_bytes`` read by pieces: none below ``min_bytes`` (starting them costs
+    more than they save), inside a pool worker (files are already spread over the cores) or on one core; else 2,
+    beside the process that inserts."""
+    import multiprocessing
+
+    cpus = os.cpu_count() or 1
+    if multiprocessing.parent_process() is not None or cpus < 2 or size_bytes <= min_bytes:
+        return 0
+    return min(2, cpus)
+
+
 def process_pool(workers: int):
     """A process pool safe to start from a process that runs DuckDB threads: forkserver, not fork
     (a forked child can inherit locks held by other threads and hang or crash).

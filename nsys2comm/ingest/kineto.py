@@ -36,7 +36,7 @@ import orjson
 import pyarrow as pa
 
 from ..errors import InputError
-from .base import SPOOL_PREFIX, Batch, ReadOptions, process_pool
+from .base import SPOOL_PREFIX, Batch, ReadOptions, decoder_processes_for, process_pool, shift_ids
 from .kineto_decode import (
     HINT_BAD_VALUE,
     BadValue,
@@ -208,13 +208,7 @@ def decoder_processes(path: Path, options: ReadOptions) -> int:
     n = options.extra.get("kineto_workers")
     if n is not None:
         return int(n)
-    import multiprocessing
-
-    if multiprocessing.parent_process() is not None or (os.cpu_count() or 1) < 2:
-        return 0
-    size = path.stat().st_size
-    gz = path.name.endswith(".gz")
-    return min(2, os.cpu_count() or 1) if size > (8 << 20 if gz else 64 << 20) else 0
+    return decoder_processes_for(path.stat().st_size, 8 << 20 if path.name.endswith(".gz") else 64 << 20)
 
 
 class _Totals:
@@ -226,16 +220,10 @@ class _Totals:
     def merge(self, tables: dict[str, pa.Table], st: _State) -> Iterator[Batch]:
         import pyarrow.compute as pc
 
-        from .base import ID_COLUMNS
-
         tot = self.st
         koff = tot.next_id["kernels"]
         for table, data in tables.items():
-            off = tot.next_id[table]
-            if off:
-                idc = ID_COLUMNS[table]
-                shifted = pc.add(data[idc], pa.scalar(off, pa.int64()))
-                data = data.set_column(data.schema.get_field_index(idc), idc, shifted)
+            data = shift_ids(table, data, tot.next_id[table])
             if table == "cpu_ranges" and koff:
                 staged = pc.equal(data["kind"], "_kernel_args")
                 data = data.set_column(data.schema.get_field_index("tid"), "tid",

@@ -51,7 +51,9 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -60,7 +62,8 @@ import pyarrow.compute as pc
 
 from ..errors import InputError
 from . import nsys_values as values
-from .base import Batch, ReadOptions
+from .base import Batch, ReadOptions, decoder_processes_for
+from .nsys_ranges import read_tables
 from .nvtx_payload import PayloadDecoder
 from .ranks import resolve_ranks
 
@@ -280,8 +283,9 @@ def _assign_ranks(path: Path, procs: dict[int, set[int]], init: dict[int, tuple[
 
 
 def decoder_processes(path: Path, options: ReadOptions) -> int:
-    """An export is read in-process (SQLite queries stream its tables)."""
-    return 0
+    """Processes that read the row tables by rowid ranges beside the inserting one (nsys_ranges); 0: in-process."""
+    n = options.extra.get("nsys_workers")
+    return int(n) if n is not None else decoder_processes_for(path.stat().st_size, 64 << 20)
 
 
 def read(path, options: ReadOptions | None = None) -> Iterator[Batch]:
@@ -319,25 +323,84 @@ def _read(path: Path, options: ReadOptions) -> Iterator[Batch]:
         "rank_source": [source] * len(gpids)}))
     yield _devices(ex, procs, rank_of)
 
-    pkeys = pa.array([g >> _PID_SHIFT for g in gpids], pa.int64())
-    ranks_arr = pa.array([rank_of[g] for g in gpids], pa.int32())
-
-    def rank_from_key(keys: pa.Array) -> pa.Array:
-        return pc.take(ranks_arr, pc.index_in(keys, value_set=pkeys))
-
-    notes: list[tuple[str, str, str]] = []
-    yield from _kernels(ex, offset, rank_from_key, notes)
-    yield from _memops(ex, offset, rank_from_key, notes)
-    # index 127 = not a rank (launchers, nsys): take() gives NULL there and the rows are dropped
-    pad = 128 - len(gpids)
-    yield from _api_calls(ex, offset, [g >> _PID_SHIFT for g in gpids],
-                          pa.array([rank_of[g] for g in gpids] + [None] * pad, pa.int32()),
-                          pa.array([(g >> _PID_SHIFT) & _PID_MASK for g in gpids] + [None] * pad, pa.int64()),
-                          notes)
-    yield from _nvtx(ex, offset, rank_from_key, _domains(ex, nccl_ids), dec, notes)
+    pad = 128 - len(gpids)  # index 127 = not a rank (launchers, nsys): take() gives NULL there, rows are dropped
+    ctx = _Placement(
+        offset=offset, pkeys=pa.array([g >> _PID_SHIFT for g in gpids], pa.int64()),
+        ranks=pa.array([rank_of[g] for g in gpids], pa.int32()), rank_keys=[g >> _PID_SHIFT for g in gpids],
+        api_ranks=pa.array([rank_of[g] for g in gpids] + [None] * pad, pa.int32()),
+        api_pids=pa.array([(g >> _PID_SHIFT) & _PID_MASK for g in gpids] + [None] * pad, pa.int64()),
+        domains=_domains(ex, nccl_ids))
+    counts: Counter = Counter()
+    yield from read_tables(ex, ctx, dec, counts, decoder_processes(path, options),
+                           int(options.extra.get("nsys_range_rows") or CHUNK_ROWS))
+    notes = _notes(counts)
     if notes:
         yield Batch("ingest_notes", values.note_batch(notes))
     ex.con.close()
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """What the row readers need besides the export: the clock offset and the ranks of the processes. Sent to
+    decoder processes (nsys_ranges), so only plain values and Arrow arrays."""
+    offset: int
+    pkeys: pa.Array  # process key (globalPid >> 24) of each rank's process
+    ranks: pa.Array  # its rank
+    rank_keys: list[int]
+    api_ranks: pa.Array  # rank by position in rank_keys, padded to 128 (127: not a rank)
+    api_pids: pa.Array
+    domains: dict[tuple[int, int], str]
+
+    def rank_from_key(self, keys: pa.Array) -> pa.Array:
+        return pc.take(self.ranks, pc.index_in(keys, value_set=self.pkeys))
+
+
+# The row tables in reading order: (canonical table, export table). Row ids count on across a canonical table's
+# export tables (memcpy, then memset).
+SOURCES = (("kernels", _KERNEL), ("mem_ops", _MEMCPY), ("mem_ops", _MEMSET), ("api_calls", _RUNTIME),
+           ("cpu_ranges", _NVTX))
+
+
+def read_table(ex: _Export, ctx: _Placement, source: str, rows: tuple[int, int] | None, counts: Counter,
+               dec: PayloadDecoder | None) -> Iterator[Batch]:
+    """Batches of one export table (``rows``: only rowids in [lo, hi)), row ids from 0. ``counts`` gains the rows
+    read (under the canonical table's name, for the ids of what follows) and what the notes report."""
+    if source == _KERNEL:
+        return _kernels(ex, ctx, counts, rows)
+    if source in (_MEMCPY, _MEMSET):
+        return _memops(ex, ctx, counts, source, rows)
+    if source == _RUNTIME:
+        return _api_calls(ex, ctx, counts, rows)
+    return _nvtx(ex, ctx, counts, dec or PayloadDecoder(ex.con, ex.tables, ex.cols), rows)
+
+
+def _rowids(rows: tuple[int, int] | None, where: str = "") -> str:
+    conds = ([where] if where else []) + ([f"rowid >= {int(rows[0])} AND rowid < {int(rows[1])}"] if rows else [])
+    return f" WHERE {' AND '.join(conds)}" if conds else ""
+
+
+def _notes(counts: Counter) -> list[tuple[str, str, str]]:
+    notes = []
+    if counts["kernels_dropped"]:
+        notes.append(("warning", "negative_durations", f"{counts['kernels_dropped']} kernels with end < start were "
+                      f"not stored ({_KERNEL}); analyses miss them"))
+    if counts["short_only"]:
+        notes.append(("info", "kernel_short_names", f"{counts['short_only']} kernels have no demangledName: stored "
+                      "under their shortName (no parameter list)"))
+    if counts["unnamed"]:
+        notes.append(("warning", "unnamed_kernels", f"{counts['unnamed']} kernels have neither demangledName nor "
+                      "shortName: stored as 'unknown' and classified as compute"))
+    for t, kind in ((_MEMCPY, "memcpy"), (_MEMSET, "memset")):
+        if counts[f"{kind}_dropped"]:
+            notes.append(("warning", "negative_durations", f"{counts[f'{kind}_dropped']} {kind} operations with "
+                          f"end < start were not stored ({t})"))
+    if counts["api_dropped"]:
+        notes.append(("warning", "negative_durations", f"{counts['api_dropped']} CUDA API calls with end < start "
+                      f"were not stored ({_RUNTIME}); kernels they launched lose their CPU link"))
+    if counts["nvtx_dropped"]:
+        notes.append(("warning", "negative_durations", f"{counts['nvtx_dropped']} NVTX ranges with end < start were "
+                      f"not stored ({_NVTX})"))
+    return notes
 
 
 def _devices(ex: _Export, procs: dict[int, set[int]], rank_of: dict[int, int]) -> Batch:
@@ -365,7 +428,7 @@ def _devices(ex: _Export, procs: dict[int, set[int]], rank_of: dict[int, int]) -
         "total_memory_bytes": pa.array(cols[4], pa.int64())}))
 
 
-def _kernels(ex: _Export, offset: int, rank_from_key, notes: list) -> Iterator[Batch]:
+def _kernels(ex: _Export, ctx: _Placement, counts: Counter, rows) -> Iterator[Batch]:
     """Kernels. Small integer columns are packed into one SQLite integer per group (fewer Python objects per row:
     the fetch is what costs) and unpacked with Arrow: process key << 16 | deviceId, demangledName << 31 |
     shortName (StringIds ids < 2^31; NULL -> an id that names nothing), streamId << 32 | correlationId,
@@ -384,19 +447,19 @@ def _kernels(ex: _Export, offset: int, rank_from_key, notes: list) -> Iterator[B
            f'(ifnull(demangledName, {_NO_NAME}) << 31) | ifnull(shortName, {_NO_NAME}), '
            f'({c("streamId")} << 32) | {corr}, '
            f'({c("gridX")} << 32) | ({c("gridY")} << 16) | {c("gridZ")}, '
-           f'({c("blockX")} << 32) | ({c("blockY")} << 16) | {c("blockZ")}, {graph} FROM {t}')
-    n, dropped, short_only, unnamed = 0, 0, 0, 0
+           f'({c("blockX")} << 32) | ({c("blockY")} << 16) | {c("blockZ")}, {graph} FROM {t}' + _rowids(rows))
+    n = 0
     for cols in values.chunks(ex, t, sql, [pa.int64()] * 8, ["start", "end", "globalPid", "deviceId"]):
         m = len(cols[0])
         pkdev, names, sc, grid, block = cols[2:7]
         if pkdev.null_count:
             raise values.explain_process_device(ex, t)
-        start, end, keep = values.times(ex, t, cols[0], cols[1], offset)
+        start, end, keep = values.times(ex, t, cols[0], cols[1], ctx.offset)
         name_ids, k_short, k_none = _kernel_name_ids(ex, names)
         corr_arr = pc.bit_wise_and(sc, 0xFFFFFFFF)
         data = {
             "kernel_id": _ids(n, m),
-            "rank": rank_from_key(pc.shift_right(pkdev, 16)),
+            "rank": ctx.rank_from_key(pc.shift_right(pkdev, 16)),
             "device_id": pc.bit_wise_and(pkdev, 0xFFFF).cast(pa.int32()),
             "stream_id": pc.shift_right(sc, 32),
             "start_ns": start, "end_ns": end,
@@ -411,19 +474,12 @@ def _kernels(ex: _Export, offset: int, rank_from_key, notes: list) -> Iterator[B
         n += m
         tbl = pa.table(data)
         if keep is not None:
-            dropped += m - pc.sum(keep).as_py()
+            counts["kernels_dropped"] += m - pc.sum(keep).as_py()
             tbl = tbl.filter(keep)
-        short_only, unnamed = short_only + k_short, unnamed + k_none
+        counts["short_only"] += k_short
+        counts["unnamed"] += k_none
+        counts["kernels"] += m
         yield Batch("kernels", tbl)
-    if dropped:
-        notes.append(("warning", "negative_durations", f"{dropped} kernels with end < start were not stored "
-                      f"({t}); analyses miss them"))
-    if short_only:
-        notes.append(("info", "kernel_short_names", f"{short_only} kernels have no demangledName: stored under their "
-                      "shortName (no parameter list)"))
-    if unnamed:
-        notes.append(("warning", "unnamed_kernels", f"{unnamed} kernels have neither demangledName nor shortName: "
-                      "stored as 'unknown' and classified as compute"))
 
 
 _NO_NAME = 0x7FFFFFFF  # stands for a NULL StringIds id in the packed name column
@@ -443,48 +499,45 @@ def _kernel_name_ids(ex: _Export, packed: pa.Array) -> tuple[pa.Array, int, int]
     return ids, (pc.sum(no_dn).as_py() or 0) - none, none
 
 
-def _memops(ex: _Export, offset: int, rank_from_key, notes: list) -> Iterator[Batch]:
+def _memops(ex: _Export, ctx: _Placement, counts: Counter, t: str, rows) -> Iterator[Batch]:
+    kind = "memcpy" if t == _MEMCPY else "memset"
+    if t not in ex.tables or not {"start", "end", "deviceId", "globalPid"} <= ex.cols(t):
+        return
+    c = ex.col
+    sql = (f'SELECT "start", "end", deviceId, globalPid >> {_PID_SHIFT}, {c(t, "streamId")}, '
+           f'{c(t, "correlationId")}, {c(t, "bytes")}, {c(t, "copyKind")}, {c(t, "srcKind")}, '
+           f'{c(t, "dstKind")}, {c(t, "memKind")} FROM {t}' + _rowids(rows))
     n = 0
-    for t, kind in ((_MEMCPY, "memcpy"), (_MEMSET, "memset")):
-        if t not in ex.tables or not {"start", "end", "deviceId", "globalPid"} <= ex.cols(t):
-            continue
-        c = ex.col
-        sql = (f'SELECT "start", "end", deviceId, globalPid >> {_PID_SHIFT}, {c(t, "streamId")}, '
-               f'{c(t, "correlationId")}, {c(t, "bytes")}, {c(t, "copyKind")}, {c(t, "srcKind")}, '
-               f'{c(t, "dstKind")}, {c(t, "memKind")} FROM {t}')
-        dropped = 0
-        for arrs in values.chunks(ex, t, sql, [pa.int64()] * 11, ["start", "end", "deviceId", "globalPid"]):
-            m = len(arrs[0])
-            values.require(ex, t, arrs[3], "globalPid")
-            outside = pc.or_(pc.less(arrs[2], 0), pc.greater(arrs[2], values.MAX_DEVICE))
-            if arrs[2].null_count or pc.any(outside).as_py():
-                raise values.explain_process_device(ex, t)
-            start, end, keep = values.times(ex, t, arrs[0], arrs[1], offset)
-            cols = [a.to_pylist() for a in arrs[7:11]]
-            if kind == "memcpy":
-                ck = [_COPY_KIND.get(k) for k in cols[0]]
-                names = [f"Memcpy {k or 'other'} ({_MEM_KIND.get(s, 'Unknown')} -> {_MEM_KIND.get(d, 'Unknown')})"
-                         for k, s, d in zip(ck, cols[1], cols[2], strict=False)]
-                ck = [k if k in _CANON_COPY else "other" for k in ck]
-            else:
-                ck = [None] * m
-                names = [f"Memset ({_MEM_KIND.get(k, 'Unknown')})" for k in cols[3]]
-            tbl = pa.table({
-                "memop_id": _ids(n, m),
-                "rank": rank_from_key(arrs[3]),
-                "device_id": arrs[2].cast(pa.int32()),
-                "stream_id": arrs[4],
-                "start_ns": start, "end_ns": end,
-                "kind": pa.repeat(pa.scalar(kind), m), "copy_kind": pa.array(ck, pa.string()),
-                "bytes": arrs[6], "name": pa.array(names, pa.string()), "correlation_id": arrs[5]})
-            if keep is not None:
-                dropped += m - pc.sum(keep).as_py()
-                tbl = tbl.filter(keep)
-            yield Batch("mem_ops", tbl)
-            n += m
-        if dropped:
-            notes.append(("warning", "negative_durations", f"{dropped} {kind} operations with end < start were not "
-                          f"stored ({t})"))
+    for arrs in values.chunks(ex, t, sql, [pa.int64()] * 11, ["start", "end", "deviceId", "globalPid"]):
+        m = len(arrs[0])
+        values.require(ex, t, arrs[3], "globalPid")
+        outside = pc.or_(pc.less(arrs[2], 0), pc.greater(arrs[2], values.MAX_DEVICE))
+        if arrs[2].null_count or pc.any(outside).as_py():
+            raise values.explain_process_device(ex, t)
+        start, end, keep = values.times(ex, t, arrs[0], arrs[1], ctx.offset)
+        cols = [a.to_pylist() for a in arrs[7:11]]
+        if kind == "memcpy":
+            ck = [_COPY_KIND.get(k) for k in cols[0]]
+            names = [f"Memcpy {k or 'other'} ({_MEM_KIND.get(s, 'Unknown')} -> {_MEM_KIND.get(d, 'Unknown')})"
+                     for k, s, d in zip(ck, cols[1], cols[2], strict=False)]
+            ck = [k if k in _CANON_COPY else "other" for k in ck]
+        else:
+            ck = [None] * m
+            names = [f"Memset ({_MEM_KIND.get(k, 'Unknown')})" for k in cols[3]]
+        tbl = pa.table({
+            "memop_id": _ids(n, m),
+            "rank": ctx.rank_from_key(arrs[3]),
+            "device_id": arrs[2].cast(pa.int32()),
+            "stream_id": arrs[4],
+            "start_ns": start, "end_ns": end,
+            "kind": pa.repeat(pa.scalar(kind), m), "copy_kind": pa.array(ck, pa.string()),
+            "bytes": arrs[6], "name": pa.array(names, pa.string()), "correlation_id": arrs[5]})
+        if keep is not None:
+            counts[f"{kind}_dropped"] += m - pc.sum(keep).as_py()
+            tbl = tbl.filter(keep)
+        yield Batch("mem_ops", tbl)
+        n += m
+        counts["mem_ops"] += m
 
 
 def _keep_ranked(tbl: pa.Table) -> pa.Table:
@@ -492,33 +545,33 @@ def _keep_ranked(tbl: pa.Table) -> pa.Table:
     return tbl if pc.all(mask).as_py() else tbl.filter(mask)
 
 
-def _api_calls(ex: _Export, offset: int, rank_keys: list[int], ranks_arr: pa.Array, pids_arr: pa.Array,
-               notes: list) -> Iterator[Batch]:
+def _api_calls(ex: _Export, ctx: _Placement, counts: Counter, rows) -> Iterator[Batch]:
     """Runtime/driver calls. Packed per row (fewer Python objects): rank index (position of the process in
     rank_keys, 127 = not a rank) << 56 | TID << 32 | correlationId, and nameId << 8 | eventClass."""
     t = _RUNTIME
     if t not in ex.tables or not {"start", "end", "globalTid", "nameId"} <= ex.cols(t):
         return
-    if len(rank_keys) > 126:
-        raise InputError(f"has {len(rank_keys)} processes with GPU activity; at most 126 per report are supported",
-                         path=str(ex.path), hint="split the report per node")
+    if len(ctx.rank_keys) > 126:
+        raise InputError(f"has {len(ctx.rank_keys)} processes with GPU activity; at most 126 per report are "
+                         "supported", path=str(ex.path), hint="split the report per node")
     ec = '"eventClass"' if "eventClass" in ex.cols(t) else "0"
     corr = f'ifnull("correlationId", {_NO_CORR})' if "correlationId" in ex.cols(t) else str(_NO_CORR)
-    case = "CASE globalTid >> 24 " + " ".join(f"WHEN {k} THEN {i}" for i, k in enumerate(rank_keys)) + " ELSE 127 END"
+    case = ("CASE globalTid >> 24 " + " ".join(f"WHEN {k} THEN {i}" for i, k in enumerate(ctx.rank_keys))
+            + " ELSE 127 END")
     sql = (f'SELECT "start", "end", (({case}) << 56) | ((globalTid & {_PID_MASK}) << 32) | ({corr} & 4294967295), '
-           f'(ifnull(nameId, {_NO_NAME}) << 8) | ({ec} & 255) FROM {t}')
-    n, dropped = 0, 0
+           f'(ifnull(nameId, {_NO_NAME}) << 8) | ({ec} & 255) FROM {t}' + _rowids(rows))
+    n = 0
     for cols in values.chunks(ex, t, sql, [pa.int64()] * 4, ["start", "end", "globalTid", "nameId"]):
         m = len(cols[0])
         packed, name_ec = cols[2], cols[3]
         values.require(ex, t, packed, "globalTid")
-        start, end, keep = values.times(ex, t, cols[0], cols[1], offset)
+        start, end, keep = values.times(ex, t, cols[0], cols[1], ctx.offset)
         idx = pc.shift_right(packed, 56)
         corr_arr = pc.bit_wise_and(packed, 0xFFFFFFFF)
         tbl = pa.table({
             "call_id": _ids(n, m),
-            "rank": pc.take(ranks_arr, idx),
-            "pid": pc.take(pids_arr, idx),
+            "rank": pc.take(ctx.api_ranks, idx),
+            "pid": pc.take(ctx.api_pids, idx),
             "tid": pc.bit_wise_and(pc.shift_right(packed, 32), _PID_MASK),
             "start_ns": start, "end_ns": end,
             "name": ex.name_array(pc.shift_right(name_ec, 8), _api_name),
@@ -526,32 +579,29 @@ def _api_calls(ex: _Export, offset: int, rank_keys: list[int], ranks_arr: pa.Arr
             "api": pc.if_else(pc.equal(pc.bit_wise_and(name_ec, 255), 1), "driver", "runtime"),
         })
         n += m
+        counts["api_calls"] += m
         if keep is not None:
-            dropped += m - pc.sum(keep).as_py()
+            counts["api_dropped"] += m - pc.sum(keep).as_py()
             tbl = tbl.filter(keep)
         yield Batch("api_calls", _keep_ranked(tbl))
-    if dropped:
-        notes.append(("warning", "negative_durations", f"{dropped} CUDA API calls with end < start were not stored "
-                      f"({t}); kernels they launched lose their CPU link"))
 
 
-def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDecoder, notes: list
-          ) -> Iterator[Batch]:
+def _nvtx(ex: _Export, ctx: _Placement, counts: Counter, dec: PayloadDecoder, rows) -> Iterator[Batch]:
     t = _NVTX
     if t not in ex.tables or not {"start", "eventType", "globalTid"} <= ex.cols(t):
         return
     blob = ex.col(t, "binaryData") if dec.entries else "NULL AS binaryData"
     sql = (f'SELECT "start", {ex.col(t, "end")}, globalTid, {ex.col(t, "text")}, {ex.col(t, "textId")}, '
-           f'{ex.col(t, "domainId", default="0")}, {blob} FROM {t} WHERE eventType IN (59, 60)')
-    dkeys = pa.array([k * 65536 + d for (k, d) in domains if 0 <= d < 65536], pa.int64())
-    dnames = pa.array([v for (k, d), v in domains.items() if 0 <= d < 65536], pa.string())
-    n, dropped = 0, 0
+           f'{ex.col(t, "domainId", default="0")}, {blob} FROM {t}' + _rowids(rows, "eventType IN (59, 60)"))
+    dkeys = pa.array([k * 65536 + d for (k, d) in ctx.domains if 0 <= d < 65536], pa.int64())
+    dnames = pa.array([v for (k, d), v in ctx.domains.items() if 0 <= d < 65536], pa.string())
+    n = 0
     types = [pa.int64(), pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.int64(), pa.binary()]
     for cols in values.chunks(ex, t, sql, types, ["start", "end", "globalTid", "textId", "domainId"]):
         m = len(cols[0])
         gtid, dom, blobs = cols[2], cols[5], cols[6]
         values.require(ex, t, gtid, "globalTid")
-        start, end, keep = values.times(ex, t, cols[0], cols[1], offset, end_optional=True)
+        start, end, keep = values.times(ex, t, cols[0], cols[1], ctx.offset, end_optional=True)
         pkey = pc.shift_right(gtid, _PID_SHIFT)
         names = pc.coalesce(cols[3], ex.name_array(cols[4]).cast(pa.string()), pa.scalar("", pa.string()))
         secret = pc.match_substring_regex(names, _SECRETISH)
@@ -567,7 +617,7 @@ def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDe
             args = pc.replace_with_mask(args, pc.is_valid(blobs), pa.array(vals, pa.string()))
         tbl = pa.table({
             "range_id": _ids(n, m),
-            "rank": rank_from_key(pkey),
+            "rank": ctx.rank_from_key(pkey),
             "pid": pc.bit_wise_and(pkey, _PID_MASK),
             "tid": pc.bit_wise_and(gtid, _PID_MASK),
             "start_ns": start,
@@ -578,12 +628,11 @@ def _nvtx(ex: _Export, offset: int, rank_from_key, domains: dict, dec: PayloadDe
             "args": args,
         })
         n += m
+        counts["cpu_ranges"] += m
         if keep is not None:
-            dropped += m - pc.sum(keep).as_py()
+            counts["nvtx_dropped"] += m - pc.sum(keep).as_py()
             tbl = tbl.filter(keep)
         yield Batch("cpu_ranges", _keep_ranked(tbl))
-    if dropped:
-        notes.append(("warning", "negative_durations", f"{dropped} NVTX ranges with end < start were not stored ({t})"))
 
 
 # ---------------------------------------------------------------------------------------------------------------

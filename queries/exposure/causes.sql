@@ -78,10 +78,8 @@ QUALIFY row_number() OVER (PARTITION BY rank, correlation_id ORDER BY start_ns, 
 CREATE OR REPLACE VIEW _exposure_kernel_evidence AS
 WITH ck AS (
   SELECT c.kernel_id, c.rank, c.device_id, c.stream_id, c.start_ns, c.end_ns, c.duration_ns, c.collective,
-         c.pg_name, c.exposed_ns, k.correlation_id
+         c.pg_name, c.exposed_ns, c.overlapped_by_compute_ns, k.correlation_id
   FROM _overlap_comm_kernels c JOIN kernels k USING (kernel_id)
-), comp AS (
-  SELECT rank AS grp, start_ns, end_ns FROM kernels WHERE is_computation_class(kernel_class)
 ), comp_k AS (
   SELECT rank, start_ns, kernel_id, correlation_id FROM kernels WHERE is_computation_class(kernel_class)
 ), stream_comp AS (
@@ -89,9 +87,19 @@ WITH ck AS (
   GROUP BY ALL
 ), w AS (
   SELECT kernel_id, wait_ns, last_arriving_rank FROM _skew_kernel_waits
-), probes AS (  -- the kernel's wait window [start, start + min(wait, duration))
-  SELECT ck.rank AS grp, ck.kernel_id AS probe_id, ck.start_ns, ck.start_ns + least(w.wait_ns, ck.duration_ns) AS end_ns
-  FROM ck JOIN w USING (kernel_id) WHERE ck.exposed_ns > 0 AND w.wait_ns > 0
+), probes AS (
+  -- the kernel's wait window [start, start + min(wait, duration)), looked up only where the answer is not known
+  -- already: a kernel with no computation under it has none under its window, and a window as long as the kernel
+  -- has the kernel's own exposed time (skew_exposed_ns below)
+  SELECT ck.rank AS grp, ck.kernel_id AS probe_id, ck.start_ns, ck.start_ns + w.wait_ns AS end_ns
+  FROM ck JOIN w USING (kernel_id)
+  WHERE ck.exposed_ns > 0 AND w.wait_ns > 0 AND ck.overlapped_by_compute_ns > 0 AND w.wait_ns < ck.duration_ns
+), probe_span AS (
+  SELECT grp, min(start_ns) AS lo, max(end_ns) AS hi FROM probes GROUP BY grp
+), comp AS (  -- the computation that can cover a probe: the union of the rest never reaches one
+  SELECT k.rank AS grp, k.start_ns, k.end_ns
+  FROM kernels k JOIN probe_span p ON p.grp = k.rank AND k.end_ns > p.lo AND k.start_ns < p.hi
+  WHERE is_computation_class(k.kernel_class)
 ), skew AS (
   SELECT probe_id AS kernel_id, (end_ns - start_ns) - covered_ns AS skew_exposed_ns
   FROM intervals_covered_ns('comp', 'probes')
@@ -104,7 +112,11 @@ WITH ck AS (
 ), steps AS (SELECT rank, step_ord, step_start_ns, step_end_ns FROM _overlap_steps()
 ), e AS (
   SELECT ck.*, coalesce(sc.n, 0) AS stream_compute_kernels, w.wait_ns, w.last_arriving_rank,
-         coalesce(s.skew_exposed_ns, 0) AS skew_exposed_ns,
+         CASE WHEN s.kernel_id IS NOT NULL THEN s.skew_exposed_ns
+              WHEN ck.exposed_ns > 0 AND w.wait_ns > 0 AND ck.overlapped_by_compute_ns = 0
+                THEN least(w.wait_ns, ck.duration_ns)
+              WHEN ck.exposed_ns > 0 AND w.wait_ns > 0 THEN ck.exposed_ns  -- the window is the whole kernel
+              ELSE 0 END AS skew_exposed_ns,
          CASE WHEN ps.end_ns IS NULL OR (pp.end_ns IS NOT NULL AND pp.end_ns > ps.end_ns) THEN pp.kernel_id
               ELSE ps.kernel_id END AS queued_behind_kernel_id,
          CASE WHEN ps.end_ns IS NULL OR (pp.end_ns IS NOT NULL AND pp.end_ns > ps.end_ns) THEN pp.collective

@@ -1,0 +1,82 @@
+"""nsys importer: the row tables (SOURCES) read in-process, or by rowid ranges in decoder processes.
+
+Fetching rows through sqlite3 and turning them into Arrow columns is most of an export's ingest, and one process
+does it on one core. With decoder processes, each export table is cut into ranges of rowids (SQLite finds a range
+through the table's B-tree) and each range is read on the process's own read-only connection. Results are merged in
+table and rowid order, their row ids shifted by the rows read before them, so the batches are those of a read in one
+process (tests/test_ingest_nsys.py compares them).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterator
+from pathlib import Path
+
+from .base import Batch, process_pool, shift_ids, stop_pool
+
+
+def read_tables(ex, ctx, dec, counts: Counter, nworkers: int, range_rows: int) -> Iterator[Batch]:
+    """Every row table's batches with the file's row ids; ``counts`` gains what nsys._notes reports."""
+    from .nsys import SOURCES, read_table
+
+    if nworkers <= 0:
+        for table, source in SOURCES:
+            before = counts[table]
+            for b in read_table(ex, ctx, source, None, counts, dec):
+                yield Batch(table, shift_ids(table, b.data, before))
+        return
+    pool = process_pool(nworkers)
+    try:
+        inflight: deque = deque()
+        for table, source, lo, hi in _plan(ex, SOURCES, range_rows):
+            inflight.append((table, pool.submit(_read_range, str(ex.path), ctx, source, lo, hi)))
+            if len(inflight) > nworkers:
+                yield from _merge(*inflight.popleft(), counts)
+        while inflight:
+            yield from _merge(*inflight.popleft(), counts)
+        pool.shutdown()
+    except BaseException:
+        stop_pool(pool)  # an error, a signal or a consumer that stopped: do not wait for the other ranges
+        raise
+
+
+def _plan(ex, sources, range_rows: int) -> list[tuple[str, str, int, int]]:
+    """(canonical table, export table, lo, hi): rowids [lo, hi) of every export table, ``range_rows`` at a time."""
+    plan = []
+    for table, source in sources:
+        if source not in ex.tables:
+            continue
+        # one aggregate per query: SQLite reads min() or max() of the rowid from the B-tree's end only then
+        lo = ex.con.execute(f"SELECT min(rowid) FROM {source}").fetchone()[0]
+        hi = ex.con.execute(f"SELECT max(rowid) FROM {source}").fetchone()[0]
+        if lo is None:
+            continue
+        plan += [(table, source, a, min(a + range_rows, hi + 1)) for a in range(lo, hi + 1, range_rows)]
+    return plan
+
+
+def _merge(table: str, fut, counts: Counter) -> Iterator[Batch]:
+    tables, got = fut.result()
+    before = counts[table]
+    for data in tables:
+        yield Batch(table, shift_ids(table, data, before))
+    counts.update(got)
+
+
+_open: tuple | None = None  # (path, export, NVTX payload decoder) of this decoder process
+
+
+def _read_range(path: str, ctx, source: str, lo: int, hi: int) -> tuple[list, Counter]:
+    """Decoder process: rowids [lo, hi) of one export table -> (Arrow tables with ids from 0, counts)."""
+    global _open
+    from .nsys import PayloadDecoder, _Export, read_table
+
+    if _open is None or _open[0] != path:
+        if _open is not None:
+            _open[1].con.close()
+        ex = _Export(Path(path))
+        _open = (path, ex, PayloadDecoder(ex.con, ex.tables, ex.cols))
+    _, ex, dec = _open
+    counts: Counter = Counter()
+    return [b.data for b in read_table(ex, ctx, source, (lo, hi), counts, dec)], counts
