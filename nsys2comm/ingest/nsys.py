@@ -4,7 +4,8 @@ Reading
     Only stdlib ``sqlite3`` on a read-only URI (``mode=ro``, plus ``immutable=1`` when no ``-wal`` file is beside
     it); rows are streamed with ``fetchmany`` in chunks of ``CHUNK_ROWS`` and turned into Arrow columns, names are
     resolved from ``StringIds`` by id (only the ids the chunk needs, cached). Columns are read by name (PRAGMA
-    table_info), absent tables are normal (lazy exports) and user-added columns are ignored.
+    table_info), absent tables are normal (lazy exports) and user-added columns are ignored. Large exports are read
+    by rowid ranges in decoder processes, each on its own read-only connection (``nsys_ranges``).
 
 Privacy
     ``META_DATA_CAPTURE``, ``TARGET_INFO_SYSTEM_ENV`` and ``ProcessStreams`` are never queried; from the export
