@@ -58,6 +58,20 @@ def test_reading_by_rowid_ranges_in_decoder_processes_gives_the_same_rows(tmp_pa
     assert _batches(path, nsys_workers=2, nsys_range_rows=7) == one
 
 
+def test_a_table_without_rowids_is_read_whole_by_a_decoder_process(tmp_path):
+    """nsys writes rowid tables; a hand-made export may not (WITHOUT ROWID): that table is read in one piece."""
+    path = write_nsys(make_run(world_size=2, steps=1), tmp_path / "w.sqlite", "3.25.0")
+    c = sqlite3.connect(path)
+    cols = [r[1] for r in c.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_RUNTIME)")]
+    c.executescript(f"CREATE TABLE _t ({', '.join(cols)}, PRIMARY KEY (start, correlationId, globalTid)) WITHOUT ROWID;"
+                    "INSERT INTO _t SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME; DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME;"
+                    "ALTER TABLE _t RENAME TO CUPTI_ACTIVITY_KIND_RUNTIME;")
+    c.close()
+    one = _batches(path, nsys_workers=0)
+    assert one["api_calls"]
+    assert _batches(path, nsys_workers=2, nsys_range_rows=7) == one
+
+
 def test_a_bad_value_read_in_a_decoder_process_is_the_same_one_line_error(tmp_path):
     path = write_nsys(make_run(world_size=2, steps=1), tmp_path / "b.sqlite", "3.25.0")
     c = sqlite3.connect(path)

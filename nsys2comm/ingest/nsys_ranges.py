@@ -9,6 +9,7 @@ process (tests/test_ingest_nsys.py compares them).
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter, deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,15 +42,19 @@ def read_tables(ex, ctx, dec, counts: Counter, nworkers: int, range_rows: int) -
         raise
 
 
-def _plan(ex, sources, range_rows: int) -> list[tuple[str, str, int, int]]:
-    """(canonical table, export table, lo, hi): rowids [lo, hi) of every export table, ``range_rows`` at a time."""
+def _plan(ex, sources, range_rows: int) -> list[tuple[str, str, int | None, int | None]]:
+    """(canonical table, export table, lo, hi): rowids [lo, hi) of every export table, ``range_rows`` at a time; the
+    whole table in one piece (lo = hi = None) where it has no rowid (a WITHOUT ROWID table, never written by nsys)."""
     plan = []
     for table, source in sources:
         if source not in ex.tables:
             continue
-        # one aggregate per query: SQLite reads min() or max() of the rowid from the B-tree's end only then
-        lo = ex.con.execute(f"SELECT min(rowid) FROM {source}").fetchone()[0]
-        hi = ex.con.execute(f"SELECT max(rowid) FROM {source}").fetchone()[0]
+        try:  # one aggregate per query: SQLite reads min() or max() of the rowid from the B-tree's end only then
+            lo = ex.con.execute(f"SELECT min(rowid) FROM {source}").fetchone()[0]
+            hi = ex.con.execute(f"SELECT max(rowid) FROM {source}").fetchone()[0]
+        except sqlite3.OperationalError:
+            plan.append((table, source, None, None))
+            continue
         if lo is None:
             continue
         plan += [(table, source, a, min(a + range_rows, hi + 1)) for a in range(lo, hi + 1, range_rows)]
@@ -67,8 +72,9 @@ def _merge(table: str, fut, counts: Counter) -> Iterator[Batch]:
 _open: tuple | None = None  # (path, export, NVTX payload decoder) of this decoder process
 
 
-def _read_range(path: str, ctx, source: str, lo: int, hi: int) -> tuple[list, Counter]:
-    """Decoder process: rowids [lo, hi) of one export table -> (Arrow tables with ids from 0, counts)."""
+def _read_range(path: str, ctx, source: str, lo: int | None, hi: int | None) -> tuple[list, Counter]:
+    """Decoder process: rowids [lo, hi) of one export table (all of it when lo is None) -> (Arrow tables with ids
+    from 0, counts)."""
     global _open
     from .nsys import PayloadDecoder, _Export, read_table
 
@@ -79,4 +85,5 @@ def _read_range(path: str, ctx, source: str, lo: int, hi: int) -> tuple[list, Co
         _open = (path, ex, PayloadDecoder(ex.con, ex.tables, ex.cols))
     _, ex, dec = _open
     counts: Counter = Counter()
-    return [b.data for b in read_table(ex, ctx, source, (lo, hi), counts, dec)], counts
+    rows = None if lo is None else (lo, hi)
+    return [b.data for b in read_table(ex, ctx, source, rows, counts, dec)], counts
