@@ -58,6 +58,15 @@ def test_reading_by_rowid_ranges_in_decoder_processes_gives_the_same_rows(tmp_pa
     assert _batches(path, nsys_workers=2, nsys_range_rows=7) == one
 
 
+def test_real_exports_read_by_rowid_ranges_give_the_same_rows(shared_traces):
+    """Every real export of ../shared (nsys 2022.2 to 2026.2), read by two decoder processes 7 rowids at a time,
+    gives the rows of a one-process read."""
+    files = _nsys_files(shared_traces)
+    assert files
+    for path in files:
+        assert _batches(path, nsys_workers=2, nsys_range_rows=7) == _batches(path, nsys_workers=0), path.name
+
+
 def test_a_table_without_rowids_is_read_whole_by_a_decoder_process(tmp_path):
     """nsys writes rowid tables; a hand-made export may not (WITHOUT ROWID): that table is read in one piece."""
     path = write_nsys(make_run(world_size=2, steps=1), tmp_path / "w.sqlite", "3.25.0")
