@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -313,3 +314,90 @@ def test_key_records_are_pruned(tmp_path, monkeypatch):
         cache._record(str(tmp_path / f"{i}.duckdb"), "state", content_key="key")
     assert 2 <= len(list(key_records.iterdir())) <= 4
     assert cache._recorded(str(tmp_path / "5.duckdb"), "state")["content_key"] == "key"
+
+
+def _has_key(path: Path) -> bool:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_cache_key'").fetchall()[0][0] == 1
+    finally:
+        con.close()
+
+
+def test_sweep_dependencies_name_every_stored_sweep_a_sweep_reads():
+    """The order of the stored sweeps (cache._store_sweeps) comes from these; each edge checked by hand against the
+    catalog SQL when written (a missed one would only compute the sweep it reads again)."""
+    deps = cache.sweep_dependencies()
+    assert set(deps) == set(cache._MATERIALIZABLE)
+    assert deps["_overlap_comm_kernels"] == {"_overlap_comm_kernel_overlap"}
+    assert deps["_skew_comm_instances"] == {"_skew_ops"}
+    assert deps["_exposure_kernel_evidence"] == {"_exposure_launches", "_overlap_comm_kernels", "_overlap_step_ranges",
+                                                 "_skew_ops"}
+    assert deps["_overlap_step_ranges"] == deps["_exposure_launches"] == set()
+    for view, reads in deps.items():  # acyclic: every sweep can be stored after those it reads
+        assert view not in reads
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_sweeps_stored_by_several_cursors_equal_a_live_computation(tmp_path, files, workers, monkeypatch):
+    path = tmp_path / "job.duckdb"
+    monkeypatch.setattr(cache, "SWEEP_WORKERS", workers)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    _ingest(path, files)
+    ro = db.connect(path)
+    assert _uses_cache(ro)
+    _same(_frames(ro), _live(path))
+    ro.close()
+
+
+def test_a_refresh_that_fails_half_way_leaves_no_key_and_the_next_one_repairs(tmp_path, files):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    rw = db.connect(path, write=True)
+    rw.execute("DELETE FROM kernels WHERE kernel_class = 'gemm'")
+    # one sweep's table cannot be replaced (a view of that name is in the way): the others are stored, then it fails
+    rw.execute("DROP TABLE _cache_model_group_records")
+    rw.execute("CREATE VIEW _cache_model_group_records AS SELECT 1 AS x")
+    with pytest.raises(duckdb.Error):
+        cache.refresh_cache(rw)
+    assert cache._stored_key(rw) is None
+    assert len(rw.execute("SELECT * FROM duckdb_views() WHERE view_name = '_overlap_gpu_timeline' "
+                          "AND temporary").fetchall()) == 0  # the writer computes live again
+    rw.close()
+    assert not _has_key(path)
+    ro = db.connect(path)
+    assert not _uses_cache(ro)
+    _same(_frames(ro), _live(path))
+    ro.close()
+    rw = db.connect(path, write=True)
+    rw.execute("DROP VIEW _cache_model_group_records")
+    assert cache.refresh_cache(rw)
+    rw.close()
+    ro = db.connect(path)
+    assert _uses_cache(ro)
+    _same(_frames(ro), _live(path))
+    ro.close()
+
+
+@pytest.mark.subprocess
+def test_sigterm_during_the_refresh_ends_it_at_once_with_no_key(tmp_path, files):
+    """A sweep that would run for minutes (a helper view replaced by hand) is interrupted: the process leaves
+    promptly instead of waiting in DuckDB, and no key says the half-stored sweeps are current."""
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    slow = ("CREATE OR REPLACE VIEW _model_group_records AS SELECT sum(i) AS s FROM range(1000000000000) t(i); "
+            "DELETE FROM kernels WHERE kernel_class = 'gemm'")
+    proc = subprocess.Popen([sys.executable, "-m", "nsys2comm", "sql", str(path), "--write", slow],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("job.duckdb.wal")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(3)  # the small sweeps are stored by now; the slow one runs
+    assert proc.poll() is None, proc.communicate()
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not _has_key(path)
