@@ -311,10 +311,12 @@ def array_start(path: Path, block: int = BLOCK, limits: Limits | None = None) ->
     src = _Source(path, limits or Limits())
     try:
         buf, eof = b"", False
+        step = min(block, 1 << 16)  # the header is usually a few kB: reading a whole block cost 0.04 s
         while not (found := _array_start(buf, eof, path)):
-            data = src.read(block)
+            data = src.read(step)
             eof = not data
             buf += data
+            step = min(step * 4, block)
         return found
     finally:
         src.close()
