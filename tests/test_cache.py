@@ -401,3 +401,26 @@ def test_sigterm_during_the_refresh_ends_it_at_once_with_no_key(tmp_path, files)
     assert time.monotonic() - t0 < 10
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert not _has_key(path)
+
+
+def test_a_snapshot_of_a_session_on_stored_sweeps_reads_them_and_gives_the_same_rows(tmp_path, files):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    live = _live(path)
+    ro = db.connect(path)
+    assert _uses_cache(ro)
+    cache.materialize(ro)  # as the report and the diff do
+    assert _uses_cache(ro)
+    assert not ro.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name LIKE '%_snapshot'"
+                          ).fetchall()[0][0]
+    _same(_frames(ro), live)
+    cache.unmaterialize(ro)
+    assert _uses_cache(ro)
+    ro.close()
+    rw = db.connect(path, write=True)  # a writable session computes live: its snapshot is taken
+    cache.materialize(rw)
+    assert rw.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name LIKE '%_snapshot'"
+                      ).fetchall()[0][0] == len(cache._MATERIALIZABLE)
+    _same(_frames(rw), live)
+    cache.unmaterialize(rw)
+    rw.close()
