@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import gzip
 import json
+import os
 import re
 from pathlib import Path
 
@@ -344,9 +345,10 @@ def test_byte_ranges_property(tmp_path):
 @pytest.mark.parametrize("spool_dir", ["writable", "missing"])
 def test_gzip_pieces_go_to_the_workers_through_spool_files(tmp_path, monkeypatch, spool_dir):
     """gzip: the parent cuts the decompressed stream into pieces and writes each to a spool file that a worker
-    reads and removes; where no spool can be made, pieces go through the pipe. The rows are the sequential ones
-    either way, also when a cut candidate lies inside a string (that piece fails and the rest goes sequential),
-    and no spool file is left behind."""
+    reads; the parent removes it once its rows are in (or reads it back when the piece goes sequential), so the
+    spool holds only the pieces in flight. Where no spool can be made, pieces go through the pipe. The rows are the
+    sequential ones either way, also when a cut candidate lies inside a string (that piece fails and the rest goes
+    sequential), and no spool file is left behind."""
     import tempfile
 
     names = [f"k{i}" + ("}, {" if i % 7 == 3 else "") for i in range(300)]
@@ -359,11 +361,18 @@ def test_gzip_pieces_go_to_the_workers_through_spool_files(tmp_path, monkeypatch
     if spool_dir == "writable":
         root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
-    spools = []
+    spools, held = [], []
     submit = kineto._Pieces._submit
-    monkeypatch.setattr(kineto._Pieces, "_submit", lambda self, piece: spools.append(self.spool) or submit(self, piece))
+
+    def counted(self, piece):
+        spools.append(self.spool)
+        held.append(len(os.listdir(self.spool)) if self.spool else 0)
+        return submit(self, piece)
+
+    monkeypatch.setattr(kineto._Pieces, "_submit", counted)
     ref = _rows(p, extra={"kineto_workers": 0})
     assert _rows(p, block=1024, extra={"kineto_workers": 2}) == ref
+    assert len(spools) > 5 and max(held) <= 3  # the pieces in flight (2 workers + 1), not every piece
     assert sorted(dict(r)["correlation_id"] for r in ref["kernels"]) == list(range(len(events)))
     assert spools and all((s is not None) == (spool_dir == "writable") for s in spools)
     assert not list(root.glob("nsys2comm-spool-*"))  # (multiprocessing keeps its own pymp-* there)
