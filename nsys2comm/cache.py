@@ -106,8 +106,9 @@ def refresh_cache(con) -> bool:
     A no-op (returns False) for in-memory and read-only databases and while the stored key still matches. The
     sweeps are computed from the live helper views, never from a cache or a snapshot. The stored key is dropped
     first and written last, so a refresh that stops half-way leaves sweeps that no session uses. The sweeps run
-    in transactions of their own, several at a time (``_store_sweeps``): the caller's process holds the database's
-    write lock and writes nothing meanwhile, so they all see the data the key was computed from.
+    in transactions of their own, several at a time on a small job (``_store_sweeps``, ``_sweep_workers``): the
+    caller's process holds the database's write lock and writes nothing meanwhile, so they all see the data the
+    key was computed from.
     """
     path, read_only = _db_state(con)
     if path is None or read_only:
@@ -120,7 +121,7 @@ def refresh_cache(con) -> bool:
         if _stored_key(con) == key:
             return False
         con.execute("DROP TABLE IF EXISTS _cache_key")
-        _store_sweeps(con, max(1, min(SWEEP_WORKERS, os.cpu_count() or 1)))
+        _store_sweeps(con, _sweep_workers(con))
         con.execute("BEGIN TRANSACTION")
         con.execute("CREATE OR REPLACE TABLE _cache_key AS SELECT ?::VARCHAR AS content_key", [key])
         con.execute("DROP TABLE IF EXISTS _cache_fingerprint")  # the key of older versions
@@ -131,10 +132,20 @@ def refresh_cache(con) -> bool:
         con.execute(f"SET memory_limit = '{writer_limit}'")
 
 
-# Sweeps stored at once. Most are small queries that DuckDB runs on one thread (it parallelises a scan by row
-# groups of 122,880 rows, and binding the macros is serial): two at a time took 0.40 s against 0.52 s for a 440 MB
-# Kineto job, and 2.4 s against 3.1 s for 1M nsys kernels, on 2 cores.
+# Sweeps stored at once. The sweeps of a small job are mostly queries that DuckDB runs on one thread (it splits a
+# scan into row groups of 122,880 rows, and binding the macros is serial): two at a time took 0.50-0.52 s against
+# 0.61-0.66 s for a 440 MB Kineto job (155k kernels), and 2.5-2.6 s against 2.7-2.8 s for 1M nsys kernels, on 2
+# cores. At 10M kernels each sweep keeps every core busy by itself, and two at once only share the memory limit
+# (31.5-33.7 s against 28.1-29.8 s): over PARALLEL_SWEEPS_MAX_KERNELS they are stored one at a time.
 SWEEP_WORKERS = 4
+PARALLEL_SWEEPS_MAX_KERNELS = 2_000_000
+
+
+def _sweep_workers(con) -> int:
+    kernels = con.execute("SELECT count(*) FROM kernels").fetchall()[0][0]
+    return 1 if kernels > PARALLEL_SWEEPS_MAX_KERNELS else max(1, min(SWEEP_WORKERS, os.cpu_count() or 1))
+
+
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -350,6 +350,19 @@ def test_sweeps_stored_by_several_cursors_equal_a_live_computation(tmp_path, fil
     ro.close()
 
 
+def test_sweeps_of_a_large_job_are_stored_one_at_a_time(tmp_path, files, monkeypatch):
+    path = tmp_path / "job.duckdb"
+    _ingest(path, files)
+    con = db.connect(path, write=True)
+    n = con.execute("SELECT count(*) FROM kernels").fetchall()[0][0]
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(cache, "PARALLEL_SWEEPS_MAX_KERNELS", n)
+    assert cache._sweep_workers(con) == min(cache.SWEEP_WORKERS, 8)
+    monkeypatch.setattr(cache, "PARALLEL_SWEEPS_MAX_KERNELS", n - 1)
+    assert cache._sweep_workers(con) == 1
+    con.close()
+
+
 def test_a_refresh_that_fails_half_way_leaves_no_key_and_the_next_one_repairs(tmp_path, files):
     path = tmp_path / "job.duckdb"
     _ingest(path, files)
