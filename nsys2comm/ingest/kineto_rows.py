@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 
 import pyarrow as pa
+from msgspec import Raw
 
 from .base import Batch
 from .kineto_decode import (
@@ -198,7 +199,11 @@ class _State:
                     continue
                 if min_ts is None or t < min_ts:
                     min_ts = t
-                a = args_of(e.args, empty)
+                a = e.args
+                if a.__class__ is Raw:  # args_of, inlined: this runs for every kept event
+                    a = args_of(a, empty) if len(a) > 4 else empty
+                elif a is None:
+                    a = empty
                 if kind <= 3:  # GPU work (kernel, memcpy, memset): its device and stream
                     dev = a.device
                     if dev is None:
@@ -238,7 +243,8 @@ class _State:
                         pid = None
                     elif self.first_cpu_pid is None:
                         self.first_cpu_pid = pid
-                    A((na, rank, pid, _int_or_none(e.tid), start, end, name, a.correlation,
+                    tid = e.tid
+                    A((na, rank, pid, tid if type(tid) is int else None, start, end, name, a.correlation,
                        "runtime" if kind == 4 else "driver"))
                     na += 1
                     if kind == 5:
