@@ -16,12 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
-from .. import catalog
 from ..errors import InputError
 from .base import ID_COLUMNS, SPOOL_PREFIX, Batch, ReadOptions, process_pool, start_forkserver, stop_pool
-from .writer import insert_batch
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
 
@@ -107,7 +104,7 @@ def _spool(path: str, options: ReadOptions, tmpdir: str) -> list[tuple[str, str]
     out = []
     for i, batch in enumerate(mod.read(Path(path), options)):
         fn = os.path.join(tmpdir, f"{i:06d}.arrow")
-        with ipc.new_file(fn, batch.data.schema) as w:
+        with pa.ipc.new_file(fn, batch.data.schema) as w:
             w.write_table(batch.data)
         out.append((batch.table, fn))
     return out
@@ -115,7 +112,7 @@ def _spool(path: str, options: ReadOptions, tmpdir: str) -> list[tuple[str, str]
 
 def _replay(spooled: list[tuple[str, str]]):
     for table, fn in spooled:
-        with ipc.open_file(fn) as r:
+        with pa.ipc.open_file(fn) as r:
             yield Batch(table, r.read_all())
 
 
@@ -161,6 +158,8 @@ class _CatalogInstall:
 
     def _run(self, cursor) -> None:
         try:
+            from .. import catalog
+
             catalog.install(cursor)
         except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
             self.error = e
@@ -186,6 +185,7 @@ class _CatalogInstall:
 def _write_file(con, path: Path, sha: str, mod, batches, progress: Callable[[str], None] | None,
                 installing: _CatalogInstall | None = None) -> int:
     """One file, one transaction: either every row lands or none does."""
+    from .writer import insert_batch  # here: decoder processes import this package and stay light
     batches = _coalesce(batches)
     early: list[Batch] = []
     if installing is not None:

@@ -116,7 +116,7 @@ def _worker_context() -> mpc.ForkServerContext:
     """
     ctx = mpc.ForkServerContext()
     ctx.Process = _NoMainProcess
-    ctx.set_forkserver_preload(["nsys2comm.ingest"])  # not '__main__' (the default); warms the workers' imports
+    ctx.set_forkserver_preload(["nsys2comm.ingest.kineto"])  # not "__main__" (the default): warms the decoders
     return ctx
 
 
