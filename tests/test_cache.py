@@ -50,6 +50,14 @@ def _same(a: dict, b: dict) -> None:
         assert a[name].equals(b[name]), f"{name}\n{a[name]}\nvs\n{b[name]}"
 
 
+def _reader_sees_live_rows(path: Path, *, cached: bool) -> None:
+    """A read-only session uses the stored sweeps (or not), and its rows equal a computation without any cache."""
+    ro = db.connect(path)
+    assert _uses_cache(ro) == cached
+    _same(_frames(ro), _live(path))
+    ro.close()
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> list[Path]:
     return write_kineto(make_run(world_size=3, steps=2), tmp_path_factory.mktemp("c"), style="new")
@@ -344,10 +352,7 @@ def test_sweeps_stored_by_several_cursors_equal_a_live_computation(tmp_path, fil
     monkeypatch.setattr(cache, "SWEEP_WORKERS", workers)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     _ingest(path, files)
-    ro = db.connect(path)
-    assert _uses_cache(ro)
-    _same(_frames(ro), _live(path))
-    ro.close()
+    _reader_sees_live_rows(path, cached=True)
 
 
 def test_sweeps_of_a_large_job_are_stored_one_at_a_time(tmp_path, files, monkeypatch):
@@ -378,18 +383,12 @@ def test_a_refresh_that_fails_half_way_leaves_no_key_and_the_next_one_repairs(tm
                           "AND temporary").fetchall()) == 0  # the writer computes live again
     rw.close()
     assert not _has_key(path)
-    ro = db.connect(path)
-    assert not _uses_cache(ro)
-    _same(_frames(ro), _live(path))
-    ro.close()
+    _reader_sees_live_rows(path, cached=False)
     rw = db.connect(path, write=True)
     rw.execute("DROP VIEW _cache_model_group_records")
     assert cache.refresh_cache(rw)
     rw.close()
-    ro = db.connect(path)
-    assert _uses_cache(ro)
-    _same(_frames(ro), _live(path))
-    ro.close()
+    _reader_sees_live_rows(path, cached=True)
 
 
 @pytest.mark.subprocess
