@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 
 import pyarrow as pa
-from msgspec import Raw
+from msgspec import Raw, ValidationError
 
 from .base import Batch
 from .kineto_decode import (
@@ -21,9 +21,9 @@ from .kineto_decode import (
     BadValue,
     Event,
     NeedsSlowDecode,
+    _args_decoder,
     _canonical_args,
     _encode,
-    args_of,
 )
 
 _KIND = {
@@ -160,6 +160,7 @@ class _State:
         comm_cache = self.comm_name_cache
         devices = self.devices
         empty = _EMPTY_ARGS
+        decode_args = _args_decoder.decode
         min_ts = self.min_ts
         exact_lim = _EXACT_TS_US
         int_ts = float_ts = False
@@ -201,7 +202,13 @@ class _State:
                     min_ts = t
                 a = e.args
                 if a.__class__ is Raw:  # args_of, inlined: this runs for every kept event
-                    a = args_of(a, empty) if len(a) > 4 else empty
+                    if len(a) <= 4:  # null, {}
+                        a = empty
+                    else:
+                        try:
+                            a = decode_args(a)
+                        except ValidationError:
+                            raise NeedsSlowDecode from None
                 elif a is None:
                     a = empty
                 if kind <= 3:  # GPU work (kernel, memcpy, memset): its device and stream
