@@ -30,3 +30,5 @@ def test_benchmark_smoke(tmp_path):
     # every public table macro was timed
     assert len(res["per_query_seconds"]) >= 10
     assert "kernels" in proc.stdout  # the printed table
+    probes = res["machine"]["speed_probe_s"]  # the machine's speed before and after, to compare runs by
+    assert len(probes) == 2 and all(p > 0 for p in probes)

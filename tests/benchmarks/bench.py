@@ -115,7 +115,8 @@ def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = 
         only: tuple[str, ...] = GROUPS) -> dict:
     source = source or _real_trace(None)
     cfg = SIZES[size]
-    results: dict = {"size": size, "machine": {"cores": os.cpu_count()}, "steps": []}
+    results: dict = {"size": size, "machine": {"cores": os.cpu_count(), "speed_probe_s": [_speed_probe()]},
+                     "steps": []}
     rows = results["steps"]
 
     def add(name: str, res: dict, **extra) -> dict:
@@ -135,7 +136,17 @@ def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = 
         _nsys(cfg, workdir, add)
     if "queries" in only:
         _queries(size, cfg, workdir, add, results)
+    results["machine"]["speed_probe_s"].append(_speed_probe())
+    print(f"  machine speed probe (before, after): {results['machine']['speed_probe_s']} s", flush=True)
     return results
+
+
+def _speed_probe() -> float:
+    """Seconds for ``sum(range(30_000_000))`` in a fresh process: this machine's speed drifts by 20-30 % within an
+    hour, and figures of runs taken at different speeds do not compare (0.50-0.54 s here in a normal phase)."""
+    code = "import time; t = time.perf_counter(); sum(range(30_000_000)); print(time.perf_counter() - t)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return round(float(out), 3)
 
 
 def _kineto(cfg: dict, workdir: Path, hta_python: str | None, add) -> None:
