@@ -143,7 +143,7 @@ def run(size: str, workdir: Path, hta_python: str | None, source: Path | None = 
 
 def _speed_probe() -> float:
     """Seconds for ``sum(range(30_000_000))`` in a fresh process: this machine's speed drifts by 20-30 % within an
-    hour, and figures of runs taken at different speeds do not compare (0.50-0.54 s here in a normal phase)."""
+    hour, and figures of runs taken at different speeds do not compare (0.44-0.54 s here in a normal phase)."""
     code = "import time; t = time.perf_counter(); sum(range(30_000_000)); print(time.perf_counter() - t)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return round(float(out), 3)
