@@ -340,7 +340,7 @@ def test_sweep_dependencies_name_every_stored_sweep_a_sweep_reads():
     assert deps["_overlap_comm_kernels"] == {"_overlap_comm_kernel_overlap"}
     assert deps["_skew_comm_instances"] == {"_skew_ops"}
     assert deps["_exposure_kernel_evidence"] == {"_exposure_launches", "_overlap_comm_kernels", "_overlap_step_ranges",
-                                                 "_skew_ops"}
+                                                 "_skew_ops", "_skew_comm_instances"}
     assert deps["_overlap_step_ranges"] == deps["_exposure_launches"] == set()
     for view, reads in deps.items():  # acyclic: every sweep can be stored after those it reads
         assert view not in reads

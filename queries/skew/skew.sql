@@ -195,7 +195,9 @@ FROM g, job;
 
 -- @view _skew_kernel_waits
 -- Each matched communication kernel's wait: the one definition of "waiting for the last rank", used by rank_wait
--- and the exposure causes. Instances seen on >= 2 ranks only; p2p pairs included (match_rule 'p2p_pair').
+-- and the exposure causes. Instances seen on >= 2 ranks only; p2p pairs included (match_rule 'p2p_pair'). The
+-- latest start and the arriving ranks are the instance's (_skew_comm_instances, a stored sweep): the wait
+-- re-aggregated _skew_ops for them, most of rank_wait's time.
 -- @column kernel_id: Kernel id.
 -- @column rank: Rank.
 -- @column instance_key: Matching key.
@@ -205,14 +207,10 @@ FROM g, job;
 -- @column last_arriving_rank: Rank with the latest start (lowest such rank on ties).
 -- @column first_arriving_rank: Rank with the earliest start (lowest such rank on ties).
 CREATE OR REPLACE VIEW _skew_kernel_waits AS
-WITH i AS (
-  SELECT instance_key, max(start_ns) AS last_start, arg_min(rank, (-start_ns, rank)) AS last_rank,
-         arg_min(rank, (start_ns, rank)) AS first_rank
-  FROM _skew_ops GROUP BY instance_key HAVING count(DISTINCT rank) >= 2
-)
-SELECT o.kernel_id, o.rank, o.instance_key, o.match_rule, i.last_start - o.start_ns AS wait_ns,
-       o.end_ns - o.start_ns AS dur_ns, i.last_rank AS last_arriving_rank, i.first_rank AS first_arriving_rank
-FROM _skew_ops o JOIN i USING (instance_key);
+SELECT o.kernel_id, o.rank, o.instance_key, o.match_rule, i.last_start_ns - o.start_ns AS wait_ns,
+       o.end_ns - o.start_ns AS dur_ns, i.last_arriving_rank, i.first_arriving_rank
+FROM _skew_ops o JOIN _skew_comm_instances i USING (instance_key)
+WHERE i.ranks_seen >= 2;
 
 -- @macro collective_skew
 -- One row per collective instance matched across ranks (matching rule in the description of queries/skew;
