@@ -16,20 +16,6 @@
 -- Per group: slowdown_pct = 100 × (median_overlapped / median_alone − 1) and
 -- lost_ns = Σ over the overlapped samples of (duration − median_alone).
 
--- @macro _exposure_kernel_window
--- Step window of every kernel of one class (_overlap_step_window, 0 without steps): the ordinal of the step
--- (_overlap_steps) of the kernel's rank whose CPU range [step_start_ns, step_end_ns) holds the kernel's start (ASOF
--- lookup of the last step started, no range join); 0 for every kernel when the job has no steps; NULL for a kernel
--- outside every step of a job that has steps.
--- @param class_: kernel_class of the kernels wanted (the lookup reads those kernels only).
--- @column kernel_id: Kernel id.
--- @column window_ord: Step ordinal (the same ordinal on every rank is one window), 0 without steps, NULL outside steps.
-CREATE OR REPLACE MACRO _exposure_kernel_window(class_) AS TABLE
-SELECT k.kernel_id,
-       _overlap_step_window(CASE WHEN k.start_ns < s.step_end_ns THEN s.step_ord END, 0) AS window_ord
-FROM (SELECT kernel_id, rank, start_ns FROM kernels WHERE kernel_class = class_) k
-ASOF LEFT JOIN _overlap_steps() s ON k.rank = s.rank AND k.start_ns >= s.step_start_ns;
-
 -- @view _exposure_gemm_coverage
 -- Every GEMM kernel (kernel_class 'gemm', positive duration) with its shape, how much of it ran while communication
 -- ran on its rank (intervals_covered_ns of the kernel by the union of the rank's communication kernels) and the
@@ -76,7 +62,7 @@ ASOF LEFT JOIN _overlap_steps() s ON g.rank = s.rank AND g.start_ns >= s.step_st
 -- @param overlapped_min_pct: Share of the kernel (%) that communication must cover for an 'overlapped' sample.
 -- @column kernel_id: GEMM kernel id.
 -- @column rank: Rank.
--- @column window_ord: Step window (_exposure_kernel_window).
+-- @column window_ord: Step window of the kernel's start (_overlap_step_window; see the file header).
 -- @column short_name: Kernel base name.
 -- @column grid_x: Grid size, x.
 -- @column grid_y: Grid size, y.
@@ -104,7 +90,9 @@ FROM _exposure_gemm_coverage;
 -- @param overlapped_min_pct: Share of the kernel (%) that computation must cover for an 'overlapped' sample.
 -- @column kernel_id: Communication kernel id.
 -- @column rank: Rank.
--- @column window_ord: Step window (_exposure_kernel_window).
+-- @column window_ord: Step window (_overlap_step_window) of the step of its rank whose CPU range [step_start_ns,
+-- step_end_ns) holds its start (ASOF lookup of the last step started, no range join); 0 without steps, NULL
+-- outside every step of a job that has steps.
 -- @column collective: Canonical collective.
 -- @column msg_bytes: Size S (bytes), when known.
 -- @column group_size: Ranks in the communicator, when known.
@@ -114,14 +102,15 @@ FROM _exposure_gemm_coverage;
 -- unknown.
 -- @column sample: 'alone', 'overlapped' or 'partial'.
 CREATE OR REPLACE MACRO _exposure_comm_samples(overlapped_min_pct) AS TABLE
-SELECT c.kernel_id, c.rank, w.window_ord, c.collective, c.msg_bytes, c.group_size, c.duration_ns,
+SELECT c.kernel_id, c.rank, c.window_ord, c.collective, c.msg_bytes, c.group_size, c.duration_ns,
        c.overlapped_by_compute_ns AS compute_covered_ns,
        _messages_busbw_gbps(c.collective, c.msg_bytes, c.group_size, c.duration_ns) AS busbw_gbps,
        CASE WHEN c.overlapped_by_compute_ns = 0 THEN 'alone'
             WHEN 100 * c.overlapped_by_compute_ns >= overlapped_min_pct * c.duration_ns THEN 'overlapped'
             ELSE 'partial' END AS sample
-FROM _overlap_comm_kernels c
-JOIN _exposure_kernel_window('communication') w USING (kernel_id)
+FROM (SELECT c.*, _overlap_step_window(CASE WHEN c.start_ns < s.step_end_ns THEN s.step_ord END, 0) AS window_ord
+      FROM _overlap_comm_kernels c
+      ASOF LEFT JOIN _overlap_steps() s ON c.rank = s.rank AND c.start_ns >= s.step_start_ns) c
 WHERE c.duration_ns > 0;
 
 -- @macro _exposure_contention
