@@ -68,6 +68,27 @@ SELECT collective, bucket_lo_bytes,
 FROM b
 ORDER BY collective, bucket_lo_bytes NULLS LAST;
 
+-- @macro _messages_bandwidth_by_op
+-- collective_bandwidth_by_op's rows, unordered, for the analyses that aggregate them (a macro's ORDER BY is kept
+-- inside the queries that read it: a sort of every operation of known size).
+-- @column kernel_id: Kernel id.
+-- @column rank: Rank.
+-- @column collective: Canonical collective.
+-- @column msg_bytes: Size S (bytes).
+-- @column group_size: Ranks in the communicator, when known.
+-- @column group_size_assumed: True when group_size (and so busbw) rests on an assumed world size (see _messages_comm_sized).
+-- @column start_ns: Kernel start (ns).
+-- @column duration_ns: Kernel duration (ns).
+-- @column algbw_gbps: msg_bytes / duration (GB/s, 1e9 B/s); NULL for zero duration.
+-- @column busbw_factor: nccl-tests factor (2(n−1)/n all_reduce, (n−1)/n all_gather/reduce_scatter/all_to_all, 1 others).
+-- @column busbw_gbps: algbw_gbps × busbw_factor (GB/s); NULL when the factor is unknown.
+CREATE OR REPLACE MACRO _messages_bandwidth_by_op() AS TABLE
+SELECT kernel_id, rank, collective, msg_bytes, group_size, group_size_assumed, start_ns, duration_ns,
+       (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns END)::DOUBLE AS algbw_gbps,
+       busbw_factor(collective, group_size)::DOUBLE AS busbw_factor,
+       _messages_busbw_gbps(collective, msg_bytes, group_size, duration_ns) AS busbw_gbps
+FROM _messages_comm_sized() WHERE msg_bytes IS NOT NULL;
+
 -- @macro collective_bandwidth_by_op
 -- Per communication operation of known size: algorithm and bus bandwidth as nccl-tests defines them,
 -- algbw = S / duration, busbw = algbw × busbw_factor(collective, group_size), in GB/s = 1e9 B/s (1 B/ns).
@@ -84,11 +105,7 @@ ORDER BY collective, bucket_lo_bytes NULLS LAST;
 -- @column busbw_factor: nccl-tests factor (2(n−1)/n all_reduce, (n−1)/n all_gather/reduce_scatter/all_to_all, 1 others).
 -- @column busbw_gbps: algbw_gbps × busbw_factor (GB/s); NULL when the factor is unknown.
 CREATE OR REPLACE MACRO collective_bandwidth_by_op() AS TABLE
-SELECT kernel_id, rank, collective, msg_bytes, group_size, group_size_assumed, start_ns, duration_ns,
-       (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns END)::DOUBLE AS algbw_gbps,
-       busbw_factor(collective, group_size)::DOUBLE AS busbw_factor,
-       _messages_busbw_gbps(collective, msg_bytes, group_size, duration_ns) AS busbw_gbps
-FROM _messages_comm_sized() WHERE msg_bytes IS NOT NULL
+SELECT * FROM _messages_bandwidth_by_op()
 ORDER BY rank, start_ns, kernel_id;
 
 -- @macro collective_bandwidth
@@ -109,7 +126,7 @@ ORDER BY rank, start_ns, kernel_id;
 -- @column median_busbw_gbps: Median per-operation bus bandwidth (GB/s).
 -- @column max_busbw_gbps: Maximum per-operation bus bandwidth (GB/s).
 CREATE OR REPLACE MACRO collective_bandwidth() AS TABLE
-WITH c AS (SELECT *, _messages_bucket_lo(msg_bytes) AS bucket_lo_bytes FROM collective_bandwidth_by_op())
+WITH c AS (SELECT *, _messages_bucket_lo(msg_bytes) AS bucket_lo_bytes FROM _messages_bandwidth_by_op())
 SELECT c.collective, c.group_size, c.group_size_assumed, c.bucket_lo_bytes,
        CASE WHEN c.bucket_lo_bytes = 0 THEN 1 ELSE c.bucket_lo_bytes * 2 END AS bucket_hi_bytes,
        count(*) AS ops, CAST(sum(c.msg_bytes) AS BIGINT) AS total_bytes, CAST(sum(c.duration_ns) AS BIGINT) AS total_ns,
