@@ -87,24 +87,28 @@ CREATE OR REPLACE MACRO _model_grid_group(r0, n, s) AS
 -- @column group_size: Ranks in the group as recorded, NULL when unknown.
 -- @column size_assumed: True when the group size is the world size assumed by the importer.
 -- @column peer_rank: Point-to-point peer, when known.
+-- @column dtype: The operation's element type (comm_ops.dtype); NULL for a declared group.
+-- @column msg_bytes: The operation's size S (comm_ops.msg_bytes, bytes); NULL for a declared group.
+-- @column in_bytes: The operation's input bytes (comm_ops.in_bytes); NULL for a declared group.
+-- @column out_bytes: The operation's output bytes (comm_ops.out_bytes); NULL for a declared group.
 -- @column members: Recorded member ranks (sorted), NULL when no record lists them.
 -- @column group_key: Identity of the group (see description).
 CREATE OR REPLACE VIEW _model_group_records AS
 WITH recs AS (
   SELECT row_number() OVER (ORDER BY kernel_id NULLS LAST, rank, pg_name) AS rec_id, * FROM (
     SELECT kernel_id, rank, collective, nullif(pg_name, '') AS pg_name, nullif(pg_desc, '') AS pg_desc, group_size,
-           coalesce(group_source = 'assumed_world_size', false) AS size_assumed, peer_rank,
-           CASE WHEN len(pg_ranks) > 0 THEN list_sort(pg_ranks) END AS rec_members
+           coalesce(group_source = 'assumed_world_size', false) AS size_assumed, peer_rank, dtype, msg_bytes,
+           in_bytes, out_bytes, CASE WHEN len(pg_ranks) > 0 THEN list_sort(pg_ranks) END AS rec_members
     FROM comm_ops
     UNION ALL
-    SELECT NULL, rank, NULL, nullif(pg_name, ''), nullif(pg_desc, ''), group_size, false, NULL,
-           CASE WHEN len(pg_ranks) > 0 THEN list_sort(pg_ranks) END
+    SELECT NULL, rank, NULL, nullif(pg_name, ''), nullif(pg_desc, ''), group_size, false, NULL, NULL, NULL, NULL,
+           NULL, CASE WHEN len(pg_ranks) > 0 THEN list_sort(pg_ranks) END
     FROM process_groups WHERE rank IS NOT NULL)
 ), known AS (
   SELECT DISTINCT pg_name, rec_members FROM recs WHERE rec_members IS NOT NULL AND pg_name IS NOT NULL
 )
 SELECT r.kernel_id, r.rank, r.collective, r.pg_name, r.pg_desc, r.group_size, r.size_assumed, r.peer_rank,
-       coalesce(r.rec_members, k.rec_members) AS members,
+       r.dtype, r.msg_bytes, r.in_bytes, r.out_bytes, coalesce(r.rec_members, k.rec_members) AS members,
        CASE WHEN r.pg_name IS NULL AND r.rec_members IS NULL THEN '?size=' || coalesce(CAST(r.group_size AS VARCHAR), '?')
             ELSE coalesce(r.pg_name, '') || '|'
                  || coalesce(array_to_string(coalesce(r.rec_members, k.rec_members), ','), '?') END AS group_key

@@ -132,14 +132,13 @@ WITH inp AS (
   FROM parallel_degrees(tp := tp, pp := pp, dp := dp, cp := cp, ep := ep)
 ), gk AS (SELECT group_key, kind FROM _model_group_kinds(tp := tp, pp := pp, dp := dp, cp := cp)),
 ops AS (  -- every operation with its step and kind, send_recv split into what it sent and what it received
-  SELECT s.step_ord, r.rank, r.kernel_id, o.dtype AS op_dtype, x.coll AS collective,
+  SELECT s.step_ord, r.rank, r.kernel_id, r.dtype AS op_dtype, x.coll AS collective,
          CASE WHEN r.collective IN ('send', 'recv', 'send_recv') AND (SELECT d_pp FROM deg) > 1
                    AND coalesce(g.kind, 'unknown') NOT IN ('tp', 'dp', 'ep', 'cp') THEN 'pp'
               ELSE coalesce(g.kind, 'unknown') END AS kind,
-         CASE WHEN r.collective = 'send_recv' AND x.coll = 'send' THEN o.in_bytes
-              WHEN r.collective = 'send_recv' THEN o.out_bytes ELSE o.msg_bytes END AS op_bytes
-  FROM _model_group_records r
-  JOIN comm_ops o ON o.kernel_id = r.kernel_id
+         CASE WHEN r.collective = 'send_recv' AND x.coll = 'send' THEN r.in_bytes
+              WHEN r.collective = 'send_recv' THEN r.out_bytes ELSE r.msg_bytes END AS op_bytes
+  FROM _model_group_records r  -- carries the operation's comm_ops sizes and type
   JOIN _model_op_steps() s ON s.kernel_id = r.kernel_id
   LEFT JOIN gk g ON g.group_key = r.group_key
   CROSS JOIN LATERAL (SELECT unnest(CASE WHEN r.collective = 'send_recv' THEN ['send', 'recv']
