@@ -8,10 +8,17 @@
 -- several share it, e.g. a runtime call and the driver call inside it). All look-ups are ASOF joins.
 
 -- @view _exposure_producer_pick
--- The producer GEMM of every communication kernel, by the rules of producer_links (which adds the kernels'
--- columns). A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): its two windows and
--- two ASOF joins over every GEMM dominated producer_links and serialised_pairs.
+-- The producer GEMM of every communication kernel, by the rules of producer_links, with the communication
+-- kernel's columns that producer_links shows (from comm_kernels). A view, so that ingest stores it with the other
+-- shared sweeps (nsys2comm.cache): its two windows and two ASOF joins over every GEMM, and then the join back to
+-- the communication kernels, dominated producer_links and serialised_pairs.
 -- @column kernel_id: Communication kernel id.
+-- @column rank: Rank.
+-- @column collective: Canonical collective ('unknown' without a comm_ops row).
+-- @column msg_bytes: Size S (bytes), when known.
+-- @column comm_start_ns: Communication kernel start (ns).
+-- @column comm_duration_ns: Communication kernel duration (ns).
+-- @column comm_exposed_ns: Part of the communication kernel with no computation running (comm_kernels.exposed_ns, ns).
 -- @column tid: CPU thread that launched it, NULL when unknown.
 -- @column gemm_kernel_id: Producer GEMM kernel id, NULL when none.
 -- @column link_source: 'same_thread_launch', 'nearest_gemm_on_gpu' or 'none'.
@@ -63,11 +70,13 @@ WITH _exposure_ck AS (
               ELSE 'none' END AS link_source
   FROM _exposure_link
 )
-SELECT p.kernel_id, p.tid, p.gemm_kernel_id, p.link_source, g.short_name AS gemm_short_name,
+SELECT p.kernel_id, c.rank, c.collective, c.msg_bytes, c.start_ns AS comm_start_ns, c.duration_ns AS comm_duration_ns,
+       c.exposed_ns AS comm_exposed_ns, p.tid, p.gemm_kernel_id, p.link_source, g.short_name AS gemm_short_name,
        g.grid_x AS gemm_grid_x, g.grid_y AS gemm_grid_y, g.grid_z AS gemm_grid_z, g.block_x AS gemm_block_x,
        g.block_y AS gemm_block_y, g.block_z AS gemm_block_z, g.start_ns AS gemm_start_ns, g.end_ns AS gemm_end_ns
-FROM _exposure_pick p
-LEFT JOIN kernels g ON g.kernel_id = p.gemm_kernel_id;  -- stored with the pick: one look-up at ingest, not per query
+FROM _exposure_pick p  -- stored with the pick: one look-up of each side at ingest, not per query
+JOIN _overlap_comm_kernels c ON c.kernel_id = p.kernel_id
+LEFT JOIN kernels g ON g.kernel_id = p.gemm_kernel_id;
 
 -- @macro _exposure_producer_rows
 -- producer_links' rows, unordered, with the producer GEMM's grid and block sizes (its shape group in
@@ -94,14 +103,12 @@ LEFT JOIN kernels g ON g.kernel_id = p.gemm_kernel_id;  -- stored with the pick:
 -- @column gap_ns: comm_start_ns − gemm_end_ns (ns); NULL without a producer.
 -- @column link_source: 'same_thread_launch', 'nearest_gemm_on_gpu' or 'none'.
 CREATE OR REPLACE MACRO _exposure_producer_rows() AS TABLE
-SELECT c.rank, c.kernel_id AS comm_kernel_id, c.collective, c.msg_bytes, c.start_ns AS comm_start_ns,
-       c.duration_ns AS comm_duration_ns, c.exposed_ns AS comm_exposed_ns, l.tid AS launch_tid, l.gemm_kernel_id,
-       l.gemm_short_name, l.gemm_grid_x, l.gemm_grid_y, l.gemm_grid_z, l.gemm_block_x, l.gemm_block_y,
-       l.gemm_block_z, l.gemm_start_ns, l.gemm_end_ns, l.gemm_end_ns - l.gemm_start_ns AS gemm_duration_ns,
-       c.start_ns - l.gemm_end_ns AS gap_ns, l.link_source
-FROM _overlap_comm_kernels c
-JOIN _exposure_producer_pick l USING (kernel_id)
-WHERE c.collective NOT IN ('send', 'recv', 'send_recv');
+SELECT rank, kernel_id AS comm_kernel_id, collective, msg_bytes, comm_start_ns, comm_duration_ns, comm_exposed_ns,
+       tid AS launch_tid, gemm_kernel_id, gemm_short_name, gemm_grid_x, gemm_grid_y, gemm_grid_z, gemm_block_x,
+       gemm_block_y, gemm_block_z, gemm_start_ns, gemm_end_ns, gemm_end_ns - gemm_start_ns AS gemm_duration_ns,
+       comm_start_ns - gemm_end_ns AS gap_ns, link_source
+FROM _exposure_producer_pick
+WHERE collective NOT IN ('send', 'recv', 'send_recv');
 
 -- @macro producer_links
 -- One row per collective kernel (comm_kernels, send/recv/send_recv left out) with its producer GEMM:
