@@ -1,3 +1,4 @@
+-- @include overlap/overlap.sql
 -- Message sizes and bandwidth of communication operations. Sizes are comm_ops.msg_bytes, nccl-tests' size S
 -- (all_reduce/broadcast/reduce: the buffer; all_gather: the gathered output; reduce_scatter: the full input;
 -- all_to_all: the whole per-rank send buffer; send/recv: the bytes sent/received). Durations are kernel
@@ -23,7 +24,9 @@ CREATE OR REPLACE MACRO _messages_busbw_gbps(collective, msg_bytes, group_size, 
   (CASE WHEN duration_ns > 0 THEN msg_bytes / duration_ns * busbw_factor(collective, group_size) END)::DOUBLE;
 
 -- @macro _messages_comm_sized
--- Communication operations with their kernel duration and power-of-two size bucket.
+-- Communication operations with their kernel duration and power-of-two size bucket. The kernel times come from
+-- comm_kernels' rows (_overlap_comm_kernels, a stored sweep): comm_ops has one row per communication kernel, and
+-- looking them up there reads a tenth of what the kernels table holds.
 -- @column kernel_id: Kernel id.
 -- @column rank: Rank.
 -- @column collective: Canonical collective.
@@ -37,9 +40,9 @@ CREATE OR REPLACE MACRO _messages_busbw_gbps(collective, msg_bytes, group_size, 
 CREATE OR REPLACE MACRO _messages_comm_sized() AS TABLE
 SELECT o.kernel_id, o.rank, o.collective, o.msg_bytes, o.group_size,
        coalesce(o.group_source = 'assumed_world_size', false) AS group_size_assumed, o.peer_rank, k.start_ns,
-       greatest(k.end_ns - k.start_ns, 0) AS duration_ns,
+       greatest(k.duration_ns, 0) AS duration_ns,
        _messages_bucket_lo(o.msg_bytes) AS bucket_lo_bytes
-FROM comm_ops o JOIN kernels k USING (kernel_id);
+FROM comm_ops o JOIN _overlap_comm_kernels k USING (kernel_id);
 
 -- @macro msg_size_histogram
 -- Per collective and power-of-two size bucket, over all ranks: operation count, bytes, kernel time and the
