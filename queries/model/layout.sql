@@ -116,8 +116,10 @@ FROM recs r
 LEFT JOIN known k ON r.rec_members IS NULL AND k.pg_name = r.pg_name AND list_contains(k.rec_members, r.rank)
 QUALIFY row_number() OVER (PARTITION BY r.rec_id ORDER BY len(k.rec_members), array_to_string(k.rec_members, ',')) = 1;
 
--- @macro _model_groups
--- One row per group (_model_group_records.group_key) with its members, degree, traffic and name-given kind.
+-- @view _model_groups
+-- One row per group (_model_group_records.group_key) with its members, degree, traffic and name-given kind. A
+-- view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): parallel_layout,
+-- parallel_degrees and volume_check each aggregated every operation's group record for it, volume_check twice.
 -- @column group_key: Identity of the group.
 -- @column pg_name: Process-group name or communicator id, NULL for unnamed groups.
 -- @column pg_desc: Most common description, NULL when none.
@@ -135,7 +137,7 @@ QUALIFY row_number() OVER (PARTITION BY r.rec_id ORDER BY len(k.rec_members), ar
 -- @column all_to_all_ops: all_to_all operations.
 -- @column collectives: Operations per collective, most first ('all_reduce ×24, all_to_all ×40'), NULL without traffic.
 -- @column name_kind: Kind its description names (_model_kind_from_desc), NULL when none.
-CREATE OR REPLACE MACRO _model_groups() AS TABLE
+CREATE OR REPLACE VIEW _model_groups AS
 WITH rec AS (SELECT * FROM _model_group_records),
 job AS (SELECT coalesce(max(world_size), count(*)) AS world FROM ranks),
 g AS (
@@ -197,7 +199,7 @@ WITH lay AS (  -- the layout given (NULL: not given); strides: tp innermost, the
   UNION ALL SELECT 'cp', l_cp, coalesce(l_tp, 1), 2 FROM lay WHERE l_cp > 1
   UNION ALL SELECT 'dp', l_dp, coalesce(l_tp, 1) * coalesce(l_cp, 1), 3 FROM lay WHERE l_dp > 1
   UNION ALL SELECT 'pp', l_pp, coalesce(l_tp, 1) * coalesce(l_cp, 1) * coalesce(l_dp, 1), 4 FROM lay WHERE l_pp > 1
-), g AS (SELECT * FROM _model_groups()),
+), g AS (SELECT * FROM _model_groups),
 fit AS (  -- the layout dimension a group is, by its ranks (or, without ranks, by its size when only one fits)
   SELECT g.group_key,
          min(d.dim) FILTER (WHERE g.group_ranks IS NOT NULL
