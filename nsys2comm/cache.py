@@ -8,13 +8,13 @@ prepared-statement parameters (never pasted into the SQL text). ``check_query`` 
 
 ``materialize(con)`` snapshots the shared helper sweeps into TEMP tables: the iteration ranges, the GPU timeline
 (behind overlap_by_rank, time_breakdown_by_rank and overlap_by_step), the per-communication-kernel overlap (behind
-comm_kernels, comm_overlap_by_collective and top_comm_kernels), the cross-rank matching, its clock alignment and its
-instances (behind collective_skew, host_clock_offsets, rank_wait, comm_transfer and the latency model), the launch
-lookup, the producer-GEMM links, the GEMMs' communication coverage and the evidence behind each exposed communication
-kernel's causes (behind the exposure analyses), and every operation's process group and step and every group's
-members and traffic (behind parallel_layout and volume_check), so a caller running several analyses pays for each
-sweep once. The snapshot does not follow later ingests: call ``materialize`` again (or ``unmaterialize``) after
-changing the data.
+comm_kernels, comm_overlap_by_collective and top_comm_kernels) and its groups by name, the cross-rank matching, its
+clock alignment and its instances (behind collective_skew, host_clock_offsets, rank_wait, comm_transfer and the
+latency model), the launch lookup, the producer-GEMM links, the GEMMs' communication coverage and the evidence
+behind each exposed communication kernel's causes (behind the exposure analyses), and every operation's process
+group and step and every group's members and traffic (behind parallel_layout and volume_check), so a caller running
+several analyses pays for each sweep once. The snapshot does not follow later ingests: call ``materialize`` again
+(or ``unmaterialize``) after changing the data.
 
 ``refresh_cache(con)`` stores the same sweeps in the job database (``_cache_*`` tables) together with the
 content key of the data they were computed from; ``use_cache(con)``, called by ``db.connect`` for read-only
@@ -70,6 +70,7 @@ _MATERIALIZABLE = {"_overlap_step_ranges": "_overlap_step_ranges_snapshot",
                    "_exposure_kernel_evidence": "_exposure_kernel_evidence_snapshot",
                    "_model_group_records": "_model_group_records_snapshot",
                    "_model_groups": "_model_groups_snapshot",
+                   "_report_comm_kernel_groups": "_report_comm_kernel_groups_snapshot",
                    "_model_op_rank_steps": "_model_op_rank_steps_snapshot"}
 
 _CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]

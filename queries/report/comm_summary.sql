@@ -22,6 +22,42 @@ FROM _overlap_comm_kernels
 GROUP BY collective
 ORDER BY comm_ns DESC, collective;
 
+-- @view _report_comm_kernel_groups
+-- top_comm_kernels' groups, all of them and unordered: every communication kernel grouped by base name and
+-- collective. A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): looking up every
+-- communication kernel's full name among all kernels was most of top_comm_kernels.
+-- @column short_name: Kernel base name (untrusted trace text).
+-- @column collective: Canonical collective.
+-- @column calls: Kernel executions.
+-- @column ranks: Ranks that ran it.
+-- @column total_ns: Summed duration (ns).
+-- @column mean_ns: Mean duration (ns, rounded).
+-- @column max_ns: Longest execution (ns).
+-- @column exposed_pct: 100 × summed exposed time / summed duration.
+-- @column median_msg_bytes: Median message size (bytes, nccl-tests convention), when known.
+-- @column n_names: Distinct full kernel names in the group.
+-- @column top_name: Full name with the most total time in the group (ties: first in name order; untrusted trace text).
+CREATE OR REPLACE VIEW _report_comm_kernel_groups AS
+WITH x AS MATERIALIZED (  -- comm_kernels once for both aggregations
+  SELECT c.short_name, c.collective, c.rank, c.duration_ns, c.exposed_ns, c.msg_bytes, k.name
+  FROM _overlap_comm_kernels c JOIN kernels k USING (kernel_id)
+), per_name AS (
+  SELECT short_name, collective, name, sum(duration_ns) AS name_ns FROM x GROUP BY ALL
+), names AS (
+  SELECT short_name, collective, count(*) AS n_names, first(name ORDER BY name_ns DESC, name) AS top_name
+  FROM per_name GROUP BY ALL
+), g AS (
+  SELECT short_name, collective, count(*) AS calls, count(DISTINCT rank) AS ranks, sum(duration_ns) AS total_ns,
+         avg(duration_ns) AS mean_ns, max(duration_ns) AS max_ns, sum(exposed_ns) AS exposed_ns,
+         median(msg_bytes) AS median_msg_bytes
+  FROM x GROUP BY short_name, collective
+)
+SELECT short_name, collective, calls, ranks, CAST(total_ns AS BIGINT) AS total_ns,
+       CAST(round(mean_ns) AS BIGINT) AS mean_ns, CAST(max_ns AS BIGINT) AS max_ns,
+       100.0 * exposed_ns / nullif(total_ns, 0) AS exposed_pct,
+       CAST(median_msg_bytes AS BIGINT) AS median_msg_bytes, n_names, top_name
+FROM g JOIN names USING (short_name, collective);
+
 -- @macro top_comm_kernels
 -- The communication kernels with the most total time, grouped by kernel base name and collective, over all ranks.
 -- The base name is kernels.short_name (rule kernel_short_name); top_name gives the full name of the group's
@@ -41,25 +77,8 @@ ORDER BY comm_ns DESC, collective;
 -- @column n_names: Distinct full kernel names in the group.
 -- @column top_name: Full name with the most total time in the group (ties: first in name order; untrusted trace text).
 CREATE OR REPLACE MACRO top_comm_kernels(n := 25) AS TABLE
-WITH x AS MATERIALIZED (  -- comm_kernels once for both aggregations
-  SELECT c.short_name, c.collective, c.rank, c.duration_ns, c.exposed_ns, c.msg_bytes, k.name
-  FROM _overlap_comm_kernels c JOIN kernels k USING (kernel_id)
-), per_name AS (
-  SELECT short_name, collective, name, sum(duration_ns) AS name_ns FROM x GROUP BY ALL
-), names AS (
-  SELECT short_name, collective, count(*) AS n_names, first(name ORDER BY name_ns DESC, name) AS top_name
-  FROM per_name GROUP BY ALL
-), g AS (
-  SELECT short_name, collective, count(*) AS calls, count(DISTINCT rank) AS ranks, sum(duration_ns) AS total_ns,
-         avg(duration_ns) AS mean_ns, max(duration_ns) AS max_ns, sum(exposed_ns) AS exposed_ns,
-         median(msg_bytes) AS median_msg_bytes
-  FROM x GROUP BY short_name, collective
-)
-SELECT short_name, collective, calls, ranks, CAST(total_ns AS BIGINT) AS total_ns,
-       CAST(round(mean_ns) AS BIGINT) AS mean_ns, CAST(max_ns AS BIGINT) AS max_ns,
-       100.0 * exposed_ns / nullif(total_ns, 0) AS exposed_pct,
-       CAST(median_msg_bytes AS BIGINT) AS median_msg_bytes,
+SELECT short_name, collective, calls, ranks, total_ns, mean_ns, max_ns, exposed_pct, median_msg_bytes,
        100.0 * total_ns / nullif(sum(total_ns) OVER (), 0) AS time_share_pct, n_names, top_name
-FROM g JOIN names USING (short_name, collective)
+FROM _report_comm_kernel_groups
 ORDER BY total_ns DESC, short_name, collective
 LIMIT n;
