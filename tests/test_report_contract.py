@@ -119,7 +119,8 @@ def test_report_objects_pass_the_catalog_lint(obj):
     catalog.install(con)
     lint.test_documented(obj)
     lint.test_columns_match_and_units(con, obj)
-    lint.test_order_by(obj)
+    if obj.public and obj.is_table_macro:  # the catalog lint's rule: a stored helper view is unordered on purpose
+        lint.test_order_by(obj)
 
 
 def test_report_objects_return_integer_nanoseconds(job):
