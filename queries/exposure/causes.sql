@@ -151,6 +151,63 @@ SELECT kernel_id, rank, CASE WHEN start_ns < st_end THEN st_ord END AS step_ord,
        waited_for_end_ns
 FROM n;
 
+-- @macro _exposure_by_kernel_rows
+-- exposed_comm_by_kernel's rows, unordered, for exposed_comm_causes (a macro's ORDER BY is kept inside the
+-- queries that read it: a sort of every exposed kernel's rows before aggregating them).
+-- @param right_after_ns: Tolerance for "starts right after" (ns): a kernel queued behind another, or waiting on
+-- this collective, starts within this time of the end it waited for. Default 10 µs: GPU-side gaps between queued
+-- kernels are 1–5 µs, while a kernel launched only after the end waits a launch call plus its GPU latency.
+-- @column kernel_id: Communication kernel (comm_kernels.kernel_id).
+-- @column rank: Rank.
+-- @column step_ord: Step (_overlap_steps) whose window contains the kernel's start; NULL outside steps.
+-- @column collective: Canonical collective ('unknown' when no comm_ops row).
+-- @column stream_id: Stream of the kernel.
+-- @column start_ns: Kernel start (ns).
+-- @column end_ns: Kernel end (ns).
+-- @column kernel_exposed_ns: comm_kernels.exposed_ns of the kernel (ns).
+-- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
+-- 'nothing_to_overlap' or 'unattributed'.
+-- @column exposed_ns: Exposed time attributed to this cause (ns).
+-- @column stream_compute_kernels: Computation kernels on the kernel's stream (evidence for 'serialised_stream').
+-- @column wait_ns: Time the rank waited for the last-arriving rank (ns); NULL when not matched on >= 2 ranks.
+-- @column last_arriving_rank: Rank that arrived last in the kernel's matched instance, when matched.
+-- @column queued_behind_kernel_id: Communication kernel on the same stream or communicator that ended last before
+-- this one started, when any.
+-- @column queued_behind_collective: Its collective.
+-- @column queued_gap_ns: This kernel's start − that kernel's end (ns).
+-- @column launch_end_ns: End of this kernel's launch call (ns), when known.
+-- @column next_compute_kernel_id: First computation kernel of the rank starting at or after this kernel's end.
+-- @column next_compute_gap_ns: Its start − this kernel's end (ns).
+-- @column next_compute_launch_end_ns: End of its launch call (ns), when known.
+-- @column waited_for_kernel_id: The communication kernel of the rank that ended last at or before the next
+-- computation kernel's start (this kernel or a later one): what a 'dependency_wait' waited for.
+CREATE OR REPLACE MACRO _exposure_by_kernel_rows(right_after_ns := 10000) AS TABLE
+WITH c AS (
+  SELECT e.*,
+    CASE WHEN stream_compute_kernels > 0 THEN 'serialised_stream'
+         WHEN queued_gap_ns <= right_after_ns
+              AND (launch_start_ns IS NULL OR launch_start_ns < start_ns - queued_gap_ns) THEN 'serialised_communicators'
+         WHEN next_compute_kernel_id IS NULL THEN 'nothing_to_overlap'
+         WHEN next_compute_launch_end_ns IS NOT NULL AND next_compute_launch_end_ns > end_ns THEN 'nothing_to_overlap'
+         WHEN next_compute_start_ns - waited_for_end_ns <= right_after_ns
+              AND (next_compute_launch_end_ns IS NULL OR next_compute_launch_end_ns <= waited_for_end_ns)
+           THEN 'dependency_wait'
+         WHEN next_compute_launch_end_ns IS NULL THEN 'nothing_to_overlap'
+         ELSE 'unattributed' END AS rest_cause,
+    CASE WHEN stream_compute_kernels > 0 THEN 0 ELSE skew_exposed_ns END AS skew_ns
+  FROM _exposure_kernel_evidence e
+), rows_ AS (  -- one read of the kernels, each giving its skew part then its other part (a UNION ALL read them twice)
+  SELECT c.*, p.cause, p.part_ns
+  FROM c, unnest([{'cause': 'arrival_skew', 'part_ns': skew_ns},
+                  {'cause': rest_cause, 'part_ns': exposed_ns - skew_ns}]) AS t(p)
+  WHERE p.part_ns > 0
+)
+SELECT kernel_id, rank, step_ord, collective, stream_id, start_ns, end_ns, exposed_ns AS kernel_exposed_ns, cause,
+       CAST(part_ns AS BIGINT) AS exposed_ns, stream_compute_kernels, wait_ns, last_arriving_rank,
+       queued_behind_kernel_id, queued_behind_collective, queued_gap_ns, launch_end_ns, next_compute_kernel_id,
+       next_compute_start_ns - end_ns AS next_compute_gap_ns, next_compute_launch_end_ns, waited_for_kernel_id
+FROM rows_;
+
 -- @macro exposed_comm_by_kernel
 -- The attribution itself (causes and their order in the description of queries/exposure): one row per
 -- communication kernel and cause with exposed time, with the evidence for it. A kernel has at most two rows: its
@@ -183,30 +240,7 @@ FROM n;
 -- @column waited_for_kernel_id: The communication kernel of the rank that ended last at or before the next
 -- computation kernel's start (this kernel or a later one): what a 'dependency_wait' waited for.
 CREATE OR REPLACE MACRO exposed_comm_by_kernel(right_after_ns := 10000) AS TABLE
-WITH c AS (
-  SELECT e.*,
-    CASE WHEN stream_compute_kernels > 0 THEN 'serialised_stream'
-         WHEN queued_gap_ns <= right_after_ns
-              AND (launch_start_ns IS NULL OR launch_start_ns < start_ns - queued_gap_ns) THEN 'serialised_communicators'
-         WHEN next_compute_kernel_id IS NULL THEN 'nothing_to_overlap'
-         WHEN next_compute_launch_end_ns IS NOT NULL AND next_compute_launch_end_ns > end_ns THEN 'nothing_to_overlap'
-         WHEN next_compute_start_ns - waited_for_end_ns <= right_after_ns
-              AND (next_compute_launch_end_ns IS NULL OR next_compute_launch_end_ns <= waited_for_end_ns)
-           THEN 'dependency_wait'
-         WHEN next_compute_launch_end_ns IS NULL THEN 'nothing_to_overlap'
-         ELSE 'unattributed' END AS rest_cause,
-    CASE WHEN stream_compute_kernels > 0 THEN 0 ELSE skew_exposed_ns END AS skew_ns
-  FROM _exposure_kernel_evidence e
-), rows_ AS (
-  SELECT c.*, 'arrival_skew' AS cause, skew_ns AS part_ns FROM c WHERE skew_ns > 0
-  UNION ALL
-  SELECT c.*, rest_cause, exposed_ns - skew_ns FROM c WHERE exposed_ns - skew_ns > 0
-)
-SELECT kernel_id, rank, step_ord, collective, stream_id, start_ns, end_ns, exposed_ns AS kernel_exposed_ns, cause,
-       CAST(part_ns AS BIGINT) AS exposed_ns, stream_compute_kernels, wait_ns, last_arriving_rank,
-       queued_behind_kernel_id, queued_behind_collective, queued_gap_ns, launch_end_ns, next_compute_kernel_id,
-       next_compute_start_ns - end_ns AS next_compute_gap_ns, next_compute_launch_end_ns, waited_for_kernel_id
-FROM rows_
+SELECT * FROM _exposure_by_kernel_rows(right_after_ns := right_after_ns)
 ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 
 -- @macro exposed_comm_causes
@@ -224,7 +258,7 @@ ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 -- @column kernels: Communication kernels with time in this cause.
 -- @column late_rank: For 'arrival_skew': the rank that arrived last most often (lowest on ties); else NULL.
 CREATE OR REPLACE MACRO exposed_comm_causes(right_after_ns := 10000) AS TABLE
-WITH a AS (SELECT * FROM exposed_comm_by_kernel(right_after_ns := right_after_ns)),
+WITH a AS (SELECT * FROM _exposure_by_kernel_rows(right_after_ns := right_after_ns)),
 g AS (
   SELECT rank, step_ord, collective, cause, sum(exposed_ns) AS exposed_ns, count(*) AS kernels
   FROM a GROUP BY ALL
