@@ -24,7 +24,7 @@ from . import output as out_
 from .analysis import check_query, job_start_ns
 from .api import Job, ingest_dir, is_database, is_job_dir, parse_params, settle
 from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery, UsageError
-from .ingest.kineto_stream import MAX_EVENT_BYTES
+from .limits import GZIP_CEILING_BYTES, GZIP_FLOOR_BYTES, GZIP_RATIO, MAX_EVENT_BYTES
 from .output import Format, TimeUnit
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_THRESHOLD = 0, 1, 2, 3
@@ -236,8 +236,9 @@ def ingest(
     lock_timeout: LockOpt = 60.0,
     max_decompressed_gb: Annotated[float | None, typer.Option(
         "--max-decompressed-gb", metavar="G", min=0.0, show_default=False,
-        help="Refuse a gzip trace that expands beyond G GiB (default: once it expands beyond 64 MiB and 100 × "
-             "the compressed bytes read so far, or beyond 64 GiB).")] = None,
+        help=f"Refuse a gzip trace that expands beyond G GiB (default: once it expands beyond "
+             f"{GZIP_FLOOR_BYTES >> 20} MiB and {GZIP_RATIO} × the compressed bytes read so far, or beyond "
+             f"{GZIP_CEILING_BYTES >> 30} GiB).")] = None,
     max_event_mb: Annotated[float, typer.Option(
         "--max-event-mb", metavar="M", min=0.0,
         help="Refuse a Kineto trace holding one event (or a gap between events) larger than M MiB.")]

@@ -193,6 +193,26 @@ def test_empty_db_every_object_runs():
             assert df.height == 0, obj.name
 
 
+@pytest.mark.parametrize("job", ["synthetic", "empty"])
+def test_rows_frame_equals_duckdb_polars_conversion(con, job):
+    """run_query's rows travel through the Arrow C stream (analysis.rows_frame), not DuckDB's .pl(): the frames
+    must be the same, schemas included, for every catalog query (a column type that polars reads differently from
+    the stream fails here)."""
+    if job == "empty":
+        con = duckdb.connect()
+        catalog.install(con)
+    checked = 0
+    for obj in catalog.public_queries():
+        if obj.area == "intervals" or obj.required_params:
+            continue
+        sql = f"SELECT * FROM {obj.name}" + ("()" if obj.kind == "macro" else "")
+        want, got = con.sql(sql).pl(), analysis.rows_frame(con.sql(sql))
+        assert got.schema == want.schema, obj.name
+        assert got.equals(want, null_equal=True), obj.name
+        checked += 1
+    assert checked >= 30
+
+
 def test_run_query_validation(con):
     with pytest.raises(UsageError):
         analysis.run_query(con, "kernels")

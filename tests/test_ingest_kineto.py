@@ -166,6 +166,28 @@ def test_synthetic_run(tmp_path, style, gz):
     assert con.execute("SELECT DISTINCT name FROM devices").fetchall() == [("NVIDIA H100 80GB HBM3",)]
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_files_carry_each_traces_sha256_and_a_copy_is_skipped(tmp_path, jobs):
+    """files.sha256 is the hash of the file's bytes (hashed once its rows are read, beside the finalize, when no
+    file of the job has its size; at once when one has): a copy of an ingested file is skipped, in the same call or
+    a later one."""
+    import hashlib
+    import shutil
+
+    paths = write_kineto(make_run(world_size=2, steps=1), tmp_path, "new", gz=False)
+    copy = tmp_path / "copy" / paths[0].name
+    copy.parent.mkdir()
+    shutil.copy(paths[0], copy)
+    con = db.connect(None)
+    res = ingest(con, [*paths, copy], jobs=jobs)
+    assert [(Path(r.path), r.status, r.message) for r in res] == [  # skips are reported as they are found
+        (copy, "skipped", "already ingested (duplicate)"), (paths[0], "ingested", ""), (paths[1], "ingested", "")]
+    want = {str(p.resolve()): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+    assert dict(con.execute("SELECT path, sha256 FROM files").fetchall()) == want
+    again = ingest(con, [copy], jobs=jobs)
+    assert [(r.status, r.message) for r in again] == [("skipped", "already ingested as file 1")]
+
+
 def test_rank_from_file_name_and_cli(tmp_path):
     run = make_run(world_size=2, steps=1)
     p = write_kineto(run, tmp_path, "new")[1]

@@ -25,6 +25,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import InputError
+from ..limits import GZIP_CEILING_BYTES, GZIP_FLOOR_BYTES, GZIP_RATIO, MAX_EVENT_BYTES
 
 BLOCK = 32 << 20
 # iter_raw reads this much at a time and cuts pieces of its ``block``: each piece is then the one large allocation
@@ -41,13 +42,6 @@ _decode_any = msgspec.json.Decoder()
 _ERR_POS = re.compile(r"byte (\d+)")
 
 HINT_TRUNCATED = "the file is cut short: re-export the trace or copy it again"
-
-# decompressed-size guard for gzip traces: real Kineto traces expand 13-17x; a bomb expands 1000x. The ratio is
-# checked against the compressed bytes read so far, so a bomb is refused after GZIP_FLOOR_BYTES, not at its end.
-GZIP_RATIO = 100
-GZIP_FLOOR_BYTES = 64 << 20
-GZIP_CEILING_BYTES = 64 << 30
-MAX_EVENT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
