@@ -9,7 +9,7 @@ PKG = Path(__file__).resolve().parents[1] / "nsys2comm"
 
 # layer of each top-level module or subpackage; lower numbers are lower layers
 LAYERS = {
-    "errors": 0, "catalog": 0, "units": 0, "usercache": 0,
+    "errors": 0, "catalog": 0, "units": 0, "usercache": 0, "limits": 0,
     "db": 1, "dbtemplate": 1, "cache": 1, "jobdir": 1,
     "ingest": 2, "analysis": 2, "model": 2, "jobwrite": 2, "distributed": 2,
     "summary": 3, "report": 3, "output": 3, "compare": 3,
