@@ -356,7 +356,7 @@ def _identify(con, files: list[Path], done, fail, hasher) -> list[tuple[Path, st
             mod = detect(path)
             size = path.stat().st_size
             if size not in sizes and not con.execute("SELECT 1 FROM files WHERE size_bytes = ?", [size]).fetchone():
-                # no file of this size in the job: it cannot be a re-ingest, so hash it while it is parsed
+                # no file of this size in the job: it cannot be a re-ingest, so hash it once it is parsed
                 sizes.add(size)
                 todo.append((path, _PendingHash(hasher, path), mod))
                 continue
