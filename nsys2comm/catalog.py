@@ -177,7 +177,8 @@ def find(name: str) -> CatalogObject | None:
     return next((o for o in load_catalog() if o.name == name), None)
 
 
-def _quote(s: str) -> str:
+def sql_string(s: str) -> str:
+    """``s`` as an SQL string literal, for the statements that take no parameters (COMMENT ON, ATTACH)."""
     return "'" + s.replace("'", "''") + "'"
 
 
@@ -208,17 +209,17 @@ def _object_statements(obj: CatalogObject, temp: bool) -> list[str]:
         return out + ([obj.view_sql(temp=True)] + _view_comments(obj) if obj.has_view else [])
     out = [obj.sql]
     if obj.kind in ("table", "view"):
-        out.append(f"COMMENT ON {obj.kind.upper()} {obj.name} IS {_quote(obj.description)}")
-        out += [f"COMMENT ON COLUMN {obj.name}.{col} IS {_quote(doc)}" for col, doc in obj.columns.items()]
+        out.append(f"COMMENT ON {obj.kind.upper()} {obj.name} IS {sql_string(obj.description)}")
+        out += [f"COMMENT ON COLUMN {obj.name}.{col} IS {sql_string(doc)}" for col, doc in obj.columns.items()]
     else:
         what = "MACRO TABLE" if obj.is_table_macro else "MACRO"
-        out.append(f"COMMENT ON {what} {obj.name} IS {_quote(obj.description)}")
+        out.append(f"COMMENT ON {what} {obj.name} IS {sql_string(obj.description)}")
     return out + ([obj.view_sql()] + _view_comments(obj) if obj.has_view else [])
 
 
 def _view_comments(obj: CatalogObject) -> list[str]:
-    return ([f"COMMENT ON VIEW {obj.name} IS {_quote(obj.description)}"]
-            + [f"COMMENT ON COLUMN {obj.name}.{col} IS {_quote(doc)}" for col, doc in obj.columns.items()])
+    return ([f"COMMENT ON VIEW {obj.name} IS {sql_string(obj.description)}"]
+            + [f"COMMENT ON COLUMN {obj.name}.{col} IS {sql_string(doc)}" for col, doc in obj.columns.items()])
 
 
 @cache

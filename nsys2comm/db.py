@@ -185,12 +185,45 @@ def _writer_temp_directory() -> str:
     return d
 
 
+# Rows per row group in what a writer stores (ATTACH's ROW_GROUP_SIZE; DuckDB's default is 122,880). DuckDB logs a
+# table smaller than one row group in the write-ahead log, and the checkpoint then writes it again, on one core,
+# after everything else: the stored sweeps of a 1M-kernel nsys export (100k rows each) left 116 MB in the log and
+# took 0.3-0.5 s to checkpoint. Smaller row groups are written as they fill, by the threads that make them.
+WRITER_ROW_GROUP_ROWS = 16_384
+_RESERVED_ALIASES = {"memory", "system", "temp"}
+
+
+def _connect_writer(path: str, config: dict) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect(path)`` for writing, with ``WRITER_ROW_GROUP_ROWS``: the file is attached to an in-memory
+    instance, whose own database is then detached so that the file is the default of the connection and its
+    cursors. Where a DuckDB leaves cursors without a default after that (1.2-1.4), a plain connection."""
+    stem = Path(path).stem
+    name = stem if stem and stem.lower() not in _RESERVED_ALIASES else "job"
+    alias = '"' + name.replace('"', '""') + '"'
+    con = duckdb.connect(":memory:", config=dict(config, temp_directory=path + ".tmp"))  # DuckDB's spill default
+    try:
+        con.execute(f"ATTACH {catalog.sql_string(path)} AS {alias} (ROW_GROUP_SIZE {WRITER_ROW_GROUP_ROWS})")
+        con.execute(f"USE {alias}")
+        con.execute("DETACH memory")
+        with con.cursor() as cur:
+            if cur.execute("SELECT current_database()").fetchall()[0][0] == name:
+                return con
+    except duckdb.IOException:  # a lock, or not a database: as duckdb.connect says it
+        con.close()
+        raise
+    except duckdb.Error:  # an older DuckDB without the option or this default
+        pass
+    con.close()
+    return duckdb.connect(path, config=config)
+
+
 def _open_waiting(path: str, write: bool, config: dict, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
     """duckdb.connect, waiting up to ``lock_timeout_s`` while another process holds the file."""
     deadline = time.monotonic() + lock_timeout_s
     while True:
         try:
-            return quiet(duckdb.connect(path, read_only=not write, config=config))
+            return quiet(_connect_writer(path, config) if write else
+                         duckdb.connect(path, read_only=not write, config=config))
         except duckdb.IOException as e:
             msg = str(e)
             if "lock" not in msg.lower():

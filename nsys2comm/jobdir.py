@@ -153,7 +153,7 @@ def _source(table: str, paths: list[str]) -> str:
     cols = table_columns()[table]
     if not paths:
         return "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in cols) + " LIMIT 0"
-    files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+    files = "[" + ", ".join(map(catalog.sql_string, paths)) + "]"
     # the rank comes from the directory name (hive), which is what lets a rank filter skip files
     return ("SELECT " + ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t in cols)
             + f" FROM read_parquet({files}, hive_partitioning = true, hive_types = {{'rank': INTEGER}})")

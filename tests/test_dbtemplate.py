@@ -94,3 +94,50 @@ def test_an_existing_database_or_wal_is_left_to_duckdb(tmp_path, cache_dir):
     wal_only = tmp_path / "job.duckdb"
     Path(f"{wal_only}.wal").write_bytes(b"")
     assert not dbtemplate.create(wal_only, {}) and not wal_only.exists()
+
+
+@pytest.mark.parametrize("name", ["job.duckdb", "memory.duckdb", "it's \"quoted\".duckdb"])
+def test_a_writer_stores_small_row_groups_on_the_file_for_its_cursors_too(tmp_path, cache_dir, name):
+    """Writers attach the file with db.WRITER_ROW_GROUP_ROWS (a table under one row group goes to the write-ahead
+    log and is written again at the checkpoint): the file is the default database of the connection and of its
+    cursors (the stored sweeps run on cursors), and DuckDB spills beside it as it would by itself."""
+    path = tmp_path / name
+    con = db.connect(path, write=True)
+    rows = 3 * db.WRITER_ROW_GROUP_ROWS + 5
+    with con.cursor() as cur:
+        cur.execute(f"CREATE TABLE t AS SELECT range AS i FROM range({rows})")
+    groups = con.execute("SELECT count(DISTINCT row_group_id), max(count) FROM pragma_storage_info('t')").fetchall()
+    assert groups == [(4, db.WRITER_ROW_GROUP_ROWS)]
+    assert con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0] == f"{path}.tmp"
+    assert con.execute("SELECT count(*) FROM files").fetchall()[0][0] == 0  # the job's own tables
+    con.close()
+    reader = db.connect(path)
+    assert reader.execute("SELECT count(*), sum(i) FROM t").fetchall() == [(rows, rows * (rows - 1) // 2)]
+    reader.close()
+
+
+def test_a_duckdb_whose_cursors_lose_the_file_gets_a_plain_writer(tmp_path, cache_dir, monkeypatch):
+    """DuckDB 1.2-1.4 leave a cursor without a default database once the in-memory one is detached: the writer is
+    then a plain connection (DuckDB's row groups), never one whose cursors cannot see the job."""
+    real = duckdb.connect
+
+    class NoDetach:  # stands in for the older DuckDB: DETACH of the in-memory database fails
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, sql, *a):
+            if sql == "DETACH memory":
+                raise duckdb.BinderException('Catalog "" does not exist!')
+            return self.con.execute(sql, *a)
+
+        def __getattr__(self, item):
+            return getattr(self.con, item)
+
+    monkeypatch.setattr(duckdb, "connect", lambda path, **kw: NoDetach(real(path, **kw)) if path == ":memory:"
+                        else real(path, **kw))
+    con = db.connect(tmp_path / "job.duckdb", write=True)
+    with con.cursor() as cur:
+        assert cur.execute("SELECT count(*) FROM files").fetchall() == [(0,)]
+    con.execute("CREATE TABLE t AS SELECT range AS i FROM range(40000)")
+    assert con.execute("SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('t')").fetchall() == [(1,)]
+    con.close()

@@ -229,9 +229,9 @@ def _write_file(con, path: Path, sha: str | _PendingHash, mod, batches, progress
             insert_batch(con, file_id, batch, names)
             if progress:
                 progress(batch.table)
+        mod.finalize(con, file_id)  # never reads sha256: a pending hash finishes beside it
         if not isinstance(sha, str):
             con.execute("UPDATE files SET sha256 = ? WHERE file_id = ?", [sha.result(), file_id])
-        mod.finalize(con, file_id)
         con.execute("COMMIT")
         return file_id
     except BaseException:
