@@ -223,7 +223,7 @@ def _open_waiting(path: str, write: bool, config: dict, lock_timeout_s: float) -
     while True:
         try:
             return quiet(_connect_writer(path, config) if write else
-                         duckdb.connect(path, read_only=not write, config=config))
+                         duckdb.connect(path, read_only=True, config=config))
         except duckdb.IOException as e:
             msg = str(e)
             if "lock" not in msg.lower():
