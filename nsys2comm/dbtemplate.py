@@ -38,6 +38,16 @@ def _build(target: Path, config: dict) -> None:
             leftover.unlink(missing_ok=True)
 
 
+def ensure(config: dict) -> bool:
+    """Build the template where this machine has none for this catalog and DuckDB version (True when this call
+    built it). ``config`` is the DuckDB configuration to build it with."""
+    tpl = template_path()
+    if tpl.is_file():
+        return False
+    _build(tpl, config)
+    return True
+
+
 def create(path: str | Path, config: dict) -> bool:
     """Create the new job database ``path`` as a copy of the template (built first where missing). False where
     the caller must create it itself: ``path`` or its WAL exists, the cache directory cannot be written, or the file
@@ -48,12 +58,10 @@ def create(path: str | Path, config: dict) -> bool:
     path = Path(path)
     if path.exists() or Path(f"{path}.wal").exists():
         return False
-    tpl = template_path()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
     try:
-        if not tpl.is_file():
-            _build(tpl, config)
-        shutil.copyfile(tpl, tmp)
+        ensure(config)
+        shutil.copyfile(template_path(), tmp)
         os.link(tmp, path)
         return True
     except (OSError, duckdb.Error):  # another writer created it meanwhile (open theirs), no cache, no hard links

@@ -20,6 +20,8 @@ def test_benchmark_smoke(tmp_path):
     assert {"kineto_ingest_2mb", "kineto_ingest_2ranks_x_2mb", "report_2ranks_x_2mb", "sqlite_scan_20000",
             "nsys_ingest_20000_kernels", "all_queries_nsys_20000"} <= set(steps)
     assert steps["kineto_ingest_2mb"]["rows"]["kernels"] > 0
+    # the catalog template is built (or found) before the first timed ingest, as a step of its own
+    assert res["steps"][0]["step"] == "catalog_template" and isinstance(res["steps"][0]["built"], bool)
     # the real trace, tiled, plain and gzip: the same rows either way
     tiled, tiled_gz = steps["tiled_ingest_3mb"], steps["tiled_ingest_3mb_gz"]
     assert tiled["rows"]["kernels"] > 0 and tiled["rows"] == tiled_gz["rows"]

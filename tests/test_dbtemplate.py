@@ -39,6 +39,18 @@ def test_a_new_database_is_the_template_copy_and_holds_the_installed_catalog(tmp
     assert not list(cache_dir.glob(".*")) and not list(tmp_path.glob(".*creating"))  # no leftovers
 
 
+def test_ensure_template_builds_it_once_and_new_databases_copy_it(tmp_path, cache_dir):
+    assert not dbtemplate.template_path().exists()
+    assert db.ensure_template() is True
+    built = dbtemplate.template_path().stat()
+    assert db.ensure_template() is False  # already there: left as it is
+    assert dbtemplate.template_path().stat().st_mtime_ns == built.st_mtime_ns
+    con = db.connect(tmp_path / "job.duckdb", write=True, objects=False)
+    assert catalog.is_installed(con)
+    con.close()
+    assert dbtemplate.template_path().stat().st_mtime_ns == built.st_mtime_ns  # copied, not rebuilt
+
+
 def test_ingest_into_a_template_copy_gives_the_same_rows_as_without(tmp_path, cache_dir, monkeypatch):
     from fixtures.kineto_writer import write_kineto
     from fixtures.synthetic import make_run
