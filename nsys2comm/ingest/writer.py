@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -31,30 +29,27 @@ def insert_batch(con, file_id: int, batch: Batch, names: set[str] | None = None)
         return
     if batch.table == "ranks":
         _check_rank_collisions(con, data)
-    con.register("_batch", data)
-    try:
-        exprs = [f"{file_id}::INTEGER AS file_id"]
-        cols = set(data.column_names)
-        idc = ID_COLUMNS.get(batch.table)
-        excl = ["file_id"] if "file_id" in cols else []
-        if idc and idc in cols:
-            exprs.append(f"({file_id}::BIGINT << {ID_SHIFT}) + {idc} AS {idc}")
-            excl.append(idc)
-        src = "_batch"
-        if batch.table == "kernels":
-            # one naming rule for every source, so identical kernels get identical rows
-            _classify_new_names(con, data, names)
-            derived = [c for c in ("kernel_class", "short_name") if c in cols]
-            keep = f"b.* EXCLUDE ({', '.join(derived)})" if derived else "b.*"
-            src = (f"(SELECT {keep}, n.kernel_class, n.short_name FROM _batch b JOIN _ingest_kernel_names n "
-                   "USING (name))")
-        exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
-        con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
-    finally:
-        import duckdb  # late: decoder workers import this package and must stay light (no DuckDB in them)
-
-        with contextlib.suppress(duckdb.Error):  # an aborted transaction refuses even this; the first error counts
-            con.unregister("_batch")
+    exprs = [f"{file_id}::INTEGER AS file_id"]
+    cols = set(data.column_names)
+    idc = ID_COLUMNS.get(batch.table)
+    excl = ["file_id"] if "file_id" in cols else []
+    if idc and idc in cols:
+        exprs.append(f"({file_id}::BIGINT << {ID_SHIFT}) + {idc} AS {idc}")
+        excl.append(idc)
+    src = "_batch"
+    if batch.table == "kernels":
+        # one naming rule for every source, so identical kernels get identical rows
+        _classify_new_names(con, data, names)
+        derived = [c for c in ("kernel_class", "short_name") if c in cols]
+        keep = f"b.* EXCLUDE ({', '.join(derived)})" if derived else "b.*"
+        src = (f"(SELECT {keep}, n.kernel_class, n.short_name FROM _batch b JOIN _ingest_kernel_names n "
+               "USING (name))")
+    exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
+    # DuckDB reads _batch from this frame's locals (its replacement scan), not from con.register: a view registered
+    # and dropped inside the file's transaction keeps its Arrow table alive until the commit, so the writer held
+    # every batch of the file at once (main-process memory grew with the file).
+    _batch = data
+    con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
 
 
 def _classify_new_names(con, data: pa.Table, names: set[str] | None) -> None:
