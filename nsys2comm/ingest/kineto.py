@@ -40,12 +40,15 @@ from .base import SPOOL_PREFIX, Batch, ReadOptions, decoder_processes_for, proce
 from .kineto_decode import (
     HINT_BAD_VALUE,
     BadValue,
+    NeedsExactTs,
     NeedsSlowDecode,
     _to_int,
     _to_str,
     _tolerant_event,
     decode_events,
+    decode_events_exact,
     decode_events_slow,
+    has_epoch_fraction_ts,
 )
 from .kineto_resolve import finalize  # noqa: F401  (the importer interface: read, sniff, finalize)
 from .kineto_rows import _ERA_MARKERS, _State
@@ -163,7 +166,10 @@ def _decode_process(data: bytes, rank: int):
     gc.disable()  # millions of small objects, none cyclic: collections would cost ~40 % of the time
     try:
         try:
-            return _process(decode_events(data), rank)
+            try:
+                return _process((decode_events_exact if has_epoch_fraction_ts(data) else decode_events)(data), rank)
+            except NeedsExactTs:
+                return _process(decode_events_exact(data), rank)
         except NeedsSlowDecode:
             return _process(decode_events_slow(data), rank)
     finally:

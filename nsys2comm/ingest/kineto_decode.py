@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 from decimal import Decimal
 from typing import ClassVar, Union
 
@@ -100,10 +101,16 @@ class EventExactTs(Event, gc=False):
     ts: msgspec.Raw = _NULL
 
 
+class CompleteEventExactTs(CompleteEvent, tag_field="ph", tag="X", gc=False):
+    """A complete event whose ts is kept as the JSON number's digits (decode_events_exact)."""
+    ts: msgspec.Raw = _NULL
+
+
 _events_decoder = msgspec.json.Decoder(list[Event])
 _phases_decoder = msgspec.json.Decoder(list[Union[CompleteEvent, *_SKIPPED_PHASES]])  # noqa: UP007 - built
 _args_decoder = msgspec.json.Decoder(Args)
 _exact_ts_decoder = msgspec.json.Decoder(list[EventExactTs])
+_exact_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEventExactTs, *_SKIPPED_PHASES]])  # noqa: UP007
 # epoch µs beyond float64's exact ns: 2**53 ns. Above it a fractional ts is read from its digits.
 _EXACT_TS_US = 2.0**53 / 1000
 
@@ -218,12 +225,53 @@ def _exact_ts(raw: msgspec.Raw):
 
 def _needs_exact_ts(events) -> bool:
     lim = _EXACT_TS_US
-    return any(type(e.ts) is float and e.ts > lim and not e.ts.is_integer() for e in events)
+    return any(type(e.ts) is float and e.ts > lim for e in events)
 
 
 class NeedsSlowDecode(Exception):
     """Raised while rows are built from fast-decoded events: the block must be decoded again with
     :func:`decode_events_slow` (a value of an unexpected type in args, or an epoch ts finer than float64)."""
+
+
+class NeedsExactTs(NeedsSlowDecode):
+    """An epoch ts with a fraction finer than float64 keeps (the Kineto traces of early 2024): decode the block
+    again with :func:`decode_events_exact`, which keeps each ts's digits."""
+
+
+# A block whose first ts is epoch µs with a fraction (16+ integer digits): decoded by decode_events_exact at once
+_EPOCH_FRACTION_TS = re.compile(rb'"ts"\s*:\s*-?\d{16,}\.\d')
+
+
+def has_epoch_fraction_ts(data) -> bool:
+    """Whether the first ts in the first 64 KB of ``data`` is epoch µs with a fraction."""
+    m = _FIRST_TS.search(data, 0, 1 << 16)
+    return m is not None and _EPOCH_FRACTION_TS.match(data, m.start()) is not None
+
+
+_FIRST_TS = re.compile(rb'"ts"\s*:')
+
+
+def exact_ns(ts) -> int | None:
+    """round(ts * 1000) of a ts kept as its JSON digits (msgspec.Raw) or read as a Decimal, exactly; None for a
+    null ts. NeedsSlowDecode when the value is not a number (the tolerant decoder converts it). Kineto prints
+    ``us.nnn``: the digits without the dot are the ns."""
+    if ts.__class__ is Decimal:
+        return round(ts * 1000)
+    b = bytes(ts)
+    dot = b.find(b".")
+    if dot > 0 and len(b) - dot == 4 and b[-3:].isdigit():
+        try:
+            return int(b[:dot] + b[dot + 1:])
+        except ValueError:
+            raise NeedsSlowDecode from None
+    if dot < 0 and b.isdigit():
+        return int(b) * 1000
+    if b == b"null":
+        return None
+    try:
+        return round(Decimal(b.decode()) * 1000)
+    except (ArithmeticError, ValueError):  # a string, object, ... (decimal.InvalidOperation is an ArithmeticError)
+        raise NeedsSlowDecode from None
 
 
 def args_of(a, empty: Args) -> Args:
@@ -248,6 +296,25 @@ def decode_events(data: bytes) -> list[Event]:
             return _phases_decoder.decode(data)
         except msgspec.ValidationError:  # a phase not in the format, no "ph", or an odd value type
             return _events_decoder.decode(data)
+    except msgspec.ValidationError:
+        raise NeedsSlowDecode from None
+    except RecursionError:
+        raise BadValue("has JSON nested deeper than any trace event") from None
+    finally:
+        if was:
+            gc.enable()
+
+
+def decode_events_exact(data: bytes) -> list[Event]:
+    """decode_events, with each complete event's ts kept as its JSON digits (msgspec.Raw; rows read them with
+    :func:`exact_ns`): for epoch ts with a fraction, which float64 cannot hold to the ns."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        try:
+            return _exact_phases_decoder.decode(data)
+        except msgspec.ValidationError:
+            return _exact_ts_decoder.decode(data)
     except msgspec.ValidationError:
         raise NeedsSlowDecode from None
     except RecursionError:

@@ -20,10 +20,12 @@ from .kineto_decode import (
     Args,
     BadValue,
     Event,
+    NeedsExactTs,
     NeedsSlowDecode,
     _args_decoder,
     _canonical_args,
     _encode,
+    exact_ns,
 )
 
 _KIND = {
@@ -183,10 +185,16 @@ class _State:
                 if type(t) is int:
                     start = t * 1000
                     int_ts = True
-                else:
-                    if t > exact_lim and type(t) is float and not t.is_integer():
-                        raise NeedsSlowDecode  # epoch µs finer than float64's ns: read the digits
+                elif type(t) is float:
+                    if t > exact_lim:  # epoch µs as a float (a fraction, even .000): t * 1000 is not exact
+                        raise NeedsExactTs
                     start = round(t * 1000)
+                    float_ts = True
+                else:  # the ts's digits (decode_events_exact) or a Decimal (decode_events_slow)
+                    start = exact_ns(t)
+                    if start is None:
+                        continue
+                    t = start / 1000  # for min_ts only
                     float_ts = True
                 d = e.dur
                 if d is None:

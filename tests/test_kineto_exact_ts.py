@@ -1,0 +1,116 @@
+"""Epoch timestamps with a fraction (Kineto of early 2024 prints ``us.nnn`` since the Unix epoch): float64 cannot
+hold them to the ns, so their digits are read. A block whose first ts is of that kind is decoded with its ts kept as
+digits at once (decode_events_exact); a block where one turns up later is decoded again that way; the tolerant
+decoder (odd value types) reads the same digits as Decimals. All three give the same ns."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nsys2comm.ingest import kineto
+from nsys2comm.ingest.kineto_decode import (
+    NeedsSlowDecode,
+    decode_events_exact,
+    decode_events_slow,
+    exact_ns,
+    has_epoch_fraction_ts,
+)
+from nsys2comm.ingest.kineto_stream import CLOSE_PIECE
+
+NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _raw(text: str) -> msgspec.Raw:
+    return msgspec.Raw(text.encode())
+
+
+@pytest.mark.parametrize(("digits", "ns"), [
+    ("1700000000123456.789", 1700000000123456789),
+    ("1700000000123456.000", 1700000000123456000),
+    ("1700000000123456", 1700000000123456000),
+    ("-0.500", -500),
+    ("12.5", 12500),
+    ("1.5e3", 1500000),
+    ("1700000000123456.7895", 1700000000123456790),  # a 4th digit: half to even, as round(Decimal) does
+    ("1700000000123456.7885", 1700000000123456788),
+])
+def test_exact_ns_reads_the_digits(digits, ns):
+    assert exact_ns(_raw(digits)) == ns
+    assert exact_ns(Decimal(digits)) == ns
+
+
+def test_exact_ns_null_and_values_that_are_not_numbers():
+    assert exact_ns(_raw("null")) is None
+    for bad in ('"12.345"', '"1700000000123456.789"', "[1]", "{}", "true"):
+        with pytest.raises(NeedsSlowDecode):
+            exact_ns(_raw(bad))
+
+
+@given(st.integers(min_value=-(10**17), max_value=10**17), st.integers(min_value=0, max_value=6))
+def test_exact_ns_equals_rounding_the_decimal(units, places):
+    """Any JSON decimal: the digits route equals round(Decimal * 1000) (what the tolerant decoder computes)."""
+    d = Decimal(units).scaleb(-places)
+    text = format(d, "f")
+    assert exact_ns(_raw(text)) == round(d * 1000)
+
+
+def test_the_sniff_is_for_epoch_fractions_only():
+    assert has_epoch_fraction_ts(b'[{"ph": "X", "ts": 1712195495519689.047, "dur": 1}')
+    assert has_epoch_fraction_ts(bytearray(b'[{"name": "x", "ts":1712195495519689.5}'))
+    assert not has_epoch_fraction_ts(b'[{"ph": "X", "ts": 4458676388068.751}')  # relative to baseTimeNanoseconds
+    assert not has_epoch_fraction_ts(b'[{"ph": "X", "ts": 1694128201435418}')  # integer epoch µs
+    # only the first ts counts: a later fraction is found by the row loop (NeedsExactTs)
+    assert not has_epoch_fraction_ts(b'[{"ts": 1694128201435418}, {"ts": 1712195495519689.047}')
+
+
+def _kernel(ts: str, i: int) -> str:
+    e = {"ph": "X", "cat": "kernel", "name": NCCL if i % 2 else "gemm_kernel", "pid": 0, "tid": 7, "ts": 0,
+         "dur": 10.5, "args": {"device": 0, "stream": 7, "correlation": i}}
+    return json.dumps(e).replace('"ts": 0', f'"ts": {ts}')
+
+
+def _block(ts_values: list[str]) -> bytes:
+    body = ", ".join(_kernel(ts, i) for i, ts in enumerate(ts_values))
+    return ("[" + body + ", ").encode() + CLOSE_PIECE
+
+
+# .000 and .062 are integers as float64 (ulp 0.25 at 1.7e15): a float route would not even see a fraction
+FRACTIONS = ["1712195495519689.047", "1712195495519689.000", "1712195495519690.062", "1712195495519691.999"]
+
+
+@pytest.mark.parametrize("first", ["1712195495519688.500", "1712195495519688"],
+                         ids=["sniffed", "found_by_the_row_loop"])
+def test_a_block_of_epoch_fractions_is_exact_on_every_route(first):
+    data = _block([first, *FRACTIONS])
+    tables, _ = kineto._decode_process(bytearray(data), 0)
+    got = tables["kernels"].select(["start_ns", "end_ns"]).to_pylist()
+    want = [round(Decimal(t) * 1000) for t in [first, *FRACTIONS]]
+    assert [r["start_ns"] for r in got] == want
+    assert [r["end_ns"] for r in got] == [w + 10500 for w in want]
+    assert any(round(float(t) * 1000) != round(Decimal(t) * 1000) for t in FRACTIONS)  # the float route is wrong
+    # the same rows as the tolerant decoder's Decimals
+    slow, _ = kineto._process(decode_events_slow(data), 0)
+    assert slow["kernels"].equals(tables["kernels"])
+
+
+def test_a_block_whose_fractions_are_integers_as_float64_is_exact():
+    """The first ts is an integer (no sniff) and every later one reads as an integer float (its fraction is below
+    float64's 0.25 µs ulp there): the block is still read from its digits (the float route gave ...688960 for
+    ...689.000)."""
+    values = ["1712195495519688", "1712195495519689.000", "1712195495519690.062", "1712195495519691.999"]
+    tables, _ = kineto._decode_process(_block(values), 0)
+    assert tables["kernels"]["start_ns"].to_pylist() == [round(Decimal(t) * 1000) for t in values]
+
+
+def test_the_exact_decoder_keeps_ts_digits_and_skips_other_phases():
+    data = b'[{"ph": "i", "ts": 1712195495519689.047, "name": "x"}, ' + _kernel("1712195495519689.047", 1).encode() \
+        + b", " + CLOSE_PIECE
+    events = decode_events_exact(data)
+    kept = [e for e in events if e.ph == "X"]
+    assert len(kept) == 1 and bytes(kept[0].ts) == b"1712195495519689.047"
