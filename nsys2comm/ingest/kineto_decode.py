@@ -258,13 +258,12 @@ def exact_ns(ts) -> int | None:
     if ts.__class__ is Decimal:
         return round(ts * 1000)
     b = bytes(ts)
-    dot = b.find(b".")
-    if dot > 0 and len(b) - dot == 4 and b[-3:].isdigit():
+    if len(b) > 4 and b[-4] == 46:  # '.' and 3 digits
         try:
-            return int(b[:dot] + b[dot + 1:])
-        except ValueError:
-            raise NeedsSlowDecode from None
-    if dot < 0 and b.isdigit():
+            return int(b.replace(b".", b"", 1))
+        except ValueError:  # not digits ('"12.345"', '12.3e4'): below
+            pass
+    elif b.isdigit():
         return int(b) * 1000
     if b == b"null":
         return None
