@@ -44,3 +44,21 @@ def test_a_batch_is_released_once_inserted_not_at_the_commit(tmp_path):
     assert con.execute("SELECT count(*) FROM api_calls").fetchall()[0][0] == 1000
     assert con.execute("SELECT count(*), min(kernel_class) FROM kernels").fetchall()[0] == (1000, "communication")
     con.close()
+
+
+def test_an_ingest_ends_with_one_checkpoint_and_leaves_no_log(tmp_path):
+    """Automatic checkpoints wait for the end of the ingest, which checkpoints once: readers open a file with no
+    write-ahead log to replay, and the connection's own threshold is back."""
+    from pathlib import Path
+
+    from nsys2comm.ingest import ingest
+
+    path = tmp_path / "job.duckdb"
+    con = db.connect(path, write=True)
+    before = con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
+    example = sorted((Path(__file__).parents[1] / "fixtures" / "example").glob("*.json.gz"))[:2]
+    ingest(con, example, jobs=1)
+    assert not Path(str(path) + ".wal").exists() or Path(str(path) + ".wal").stat().st_size == 0
+    assert con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0] == before
+    assert con.execute("SELECT count(*) FROM files").fetchone()[0] == 2
+    con.close()
