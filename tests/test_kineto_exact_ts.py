@@ -1,7 +1,10 @@
-"""Epoch timestamps with a fraction (Kineto of early 2024 prints ``us.nnn`` since the Unix epoch): float64 cannot
+"""Values the fast decoder cannot take as they are.
+
+Epoch timestamps with a fraction (Kineto of early 2024 prints ``us.nnn`` since the Unix epoch): float64 cannot
 hold them to the ns, so their digits are read. A block whose first ts is of that kind is decoded with its ts kept as
 digits at once (decode_events_exact); a block where one turns up later is decoded again that way; the tolerant
-decoder (odd value types) reads the same digits as Decimals. All three give the same ns."""
+decoder (odd value types) reads the same digits as Decimals. All three give the same ns. Args whose values have odd
+types are converted event by event."""
 
 from __future__ import annotations
 
@@ -114,3 +117,20 @@ def test_the_exact_decoder_keeps_ts_digits_and_skips_other_phases():
     events = decode_events_exact(data)
     kept = [e for e in events if e.ph == "X"]
     assert len(kept) == 1 and bytes(kept[0].ts) == b"1712195495519689.047"
+
+
+def test_odd_types_in_one_event_s_args_are_converted_without_decoding_its_block_again(monkeypatch):
+    """A kernel whose args hold a stream as text and a grid of floats: its args are converted on their own, the
+    block is not decoded again, and the rows equal the tolerant decoder's."""
+    odd = _kernel("1694128201435418", 1).replace('"stream": 7', '"stream": "7"').replace(
+        '"correlation": 1', '"correlation": 1, "grid": [2.0, 1, 1]')
+    data = ("[" + ", ".join([_kernel("1694128201435417", 0), odd]) + ", ").encode() + CLOSE_PIECE
+    slow, _ = kineto._process(decode_events_slow(data), 0)
+
+    def no_slow_decode(_):
+        raise AssertionError("the block was decoded again")
+
+    monkeypatch.setattr(kineto, "decode_events_slow", no_slow_decode)
+    tables, _ = kineto._decode_process(data, 0)
+    assert tables["kernels"].equals(slow["kernels"])
+    assert tables["kernels"].select(["stream_id", "grid_x"]).to_pylist()[1] == {"stream_id": 7, "grid_x": 2}

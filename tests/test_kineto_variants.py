@@ -265,7 +265,8 @@ def test_fast_decoder_skips_other_phases_and_falls_back_on_unknown_ones():
 
     x = json.dumps(_kernel()).encode()
     fast = kd.decode_events(b"[" + b",".join([json.dumps(e).encode() for e in _OTHER_PHASES] + [x]) + b"]")
-    assert [type(e) is kd.CompleteEvent for e in fast] == [False] * len(_OTHER_PHASES) + [True]
+    assert [type(e) is kd.CompleteEventArgs for e in fast] == [False] * len(_OTHER_PHASES) + [True]
+    assert type(fast[-1].args) is kd.Args  # decoded in the same pass
     assert all(e.cat is None for e in fast[:-1]) and fast[-1].cat == "kernel"
     slow = kd.decode_events(b'[{"ph": "Z"},' + x + b"]")
     assert [type(e) for e in slow] == [kd.Event, kd.Event] and slow[1].ph == "X" and slow[1].name == NCCL

@@ -160,8 +160,9 @@ def _process(events, rank: int) -> tuple[dict[str, pa.Table], _State]:
 
 
 def _decode_process(data: bytes, rank: int):
-    """Decode a JSON array of events and build its rows: the fast path, else (odd value types, epoch ts finer
-    than float64) the tolerant one. msgspec.DecodeError when ``data`` is not a JSON array."""
+    """Decode a JSON array of events and build its rows: the fast path; for epoch ts finer than float64 the one
+    that keeps their digits; else (event fields of odd types) the tolerant one. msgspec.DecodeError when ``data``
+    is not a JSON array."""
     was = gc.isenabled()
     gc.disable()  # millions of small objects, none cyclic: collections would cost ~40 % of the time
     try:

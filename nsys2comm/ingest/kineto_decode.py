@@ -1,8 +1,9 @@
 """Kineto importer, stage 1: decode a block of trace events into typed Structs.
 
 msgspec decodes into Structs that name only the keys nsys2comm needs (Args spells each key as the trace does;
-_ARG_ALIASES maps older spellings to the current ones). A block whose values have odd types is re-decoded with
-orjson and converted tolerantly. Epoch ts with a fraction beyond float64 are re-read from their digits.
+_ARG_ALIASES maps older spellings to the current ones). The args of an event whose values have odd types are
+converted tolerantly, event by event; a block whose event fields have odd types is re-decoded with orjson and
+converted tolerantly. Epoch ts with a fraction beyond float64 are read from their digits (decode_events_exact).
 """
 
 from __future__ import annotations
@@ -73,18 +74,26 @@ class _EventFields(msgspec.Struct, gc=False):
     tid: int | str | None = None
     ts: int | float | None = None
     dur: int | float | None = None
-    args: msgspec.Raw | Args | None = _NULL
+    # raw JSON, decoded by the rows' loop for kept events only (args_of); the tolerant decoders put Args here
+    args: msgspec.Raw = _NULL
 
 
 class Event(_EventFields, gc=False):
-    """One trace event. ``args`` stays raw JSON until a kept event needs it (``args_of``): most events of a trace
-    (CPU ops, flows, instant events) are dropped, and decoding their args was a third of the decode time."""
+    """One trace event, its ``args`` raw: from the decoders that follow the fast one (see decode_events)."""
     ph: str | None = None
 
 
 class CompleteEvent(_EventFields, tag_field="ph", tag="X", gc=False):
-    """An event of phase 'X' (complete: ts and dur), the only phase the importer keeps, from the fast decoder."""
+    """An event of phase 'X' (complete: ts and dur), the only phase the importer keeps; ``args`` raw."""
     ph: ClassVar[str] = "X"
+
+
+class CompleteEventArgs(CompleteEvent, tag_field="ph", tag="X", gc=False):
+    """CompleteEvent from the fast decoder: ``args`` decoded in the same pass (msgspec takes an object as Args
+    where the field is this union). One pass beat decoding the kept events' raw args one call each: per 8 MB range
+    26 against 29.5 ms (benchmark trace) and 36.6 against 45 ms (long kernel names). A value of an odd type in any
+    event's args fails the pass; the next decoder keeps args raw and converts them event by event."""
+    args: msgspec.Raw | Args | None = _NULL
 
 
 # Every other phase of the Trace Event Format (flows, instants, metadata, counters, ...): decoded into an empty
@@ -101,13 +110,14 @@ class EventExactTs(Event, gc=False):
     ts: msgspec.Raw = _NULL
 
 
-class CompleteEventExactTs(CompleteEvent, tag_field="ph", tag="X", gc=False):
-    """A complete event whose ts is kept as the JSON number's digits (decode_events_exact)."""
+class CompleteEventExactTs(CompleteEventArgs, tag_field="ph", tag="X", gc=False):
+    """A complete event whose ts is kept as the JSON number's digits (decode_events_exact), args decoded."""
     ts: msgspec.Raw = _NULL
 
 
 _events_decoder = msgspec.json.Decoder(list[Event])
-_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEvent, *_SKIPPED_PHASES]])  # noqa: UP007 - built
+_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEventArgs, *_SKIPPED_PHASES]])  # noqa: UP007 - built
+_raw_args_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEvent, *_SKIPPED_PHASES]])  # noqa: UP007
 _args_decoder = msgspec.json.Decoder(Args)
 _exact_ts_decoder = msgspec.json.Decoder(list[EventExactTs])
 _exact_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEventExactTs, *_SKIPPED_PHASES]])  # noqa: UP007
@@ -229,8 +239,9 @@ def _needs_exact_ts(events) -> bool:
 
 
 class NeedsSlowDecode(Exception):
-    """Raised while rows are built from fast-decoded events: the block must be decoded again with
-    :func:`decode_events_slow` (a value of an unexpected type in args, or an epoch ts finer than float64)."""
+    """Raised by the fast decoders, or while rows are built from their events: the block must be decoded again
+    with :func:`decode_events_slow` (an event field of an unexpected type, such as a ts that is not a number; odd
+    types inside args are converted per event, see :func:`tolerant_raw_args`)."""
 
 
 class NeedsExactTs(NeedsSlowDecode):
@@ -251,6 +262,9 @@ def has_epoch_fraction_ts(data) -> bool:
 _FIRST_TS = re.compile(rb'"ts"\s*:')
 
 
+_NS_PER_PLACE = (1000, 100, 10, 1)  # ns per unit of a µs value's last digit, by digits after the dot
+
+
 def exact_ns(ts) -> int | None:
     """round(ts * 1000) of a ts kept as its JSON digits (msgspec.Raw) or read as a Decimal, exactly; None for a
     null ts. NeedsSlowDecode when the value is not a number (the tolerant decoder converts it). Kineto prints
@@ -258,13 +272,15 @@ def exact_ns(ts) -> int | None:
     if ts.__class__ is Decimal:
         return round(ts * 1000)
     b = bytes(ts)
-    if len(b) > 4 and b[-4] == 46:  # '.' and 3 digits
+    dot = b.find(b".")
+    if dot < 0:
+        if b.isdigit():
+            return int(b) * 1000
+    elif len(b) - dot <= 4:  # 1 to 3 digits after the dot
         try:
-            return int(b.replace(b".", b"", 1))
-        except ValueError:  # not digits ('"12.345"', '12.3e4'): below
+            return int(b.replace(b".", b"", 1)) * _NS_PER_PLACE[len(b) - 1 - dot]
+        except ValueError:  # not digits ('"12.345"', '1.5e3'): below
             pass
-    elif b.isdigit():
-        return int(b) * 1000
     if b == b"null":
         return None
     try:
@@ -281,22 +297,40 @@ def args_of(a, empty: Args) -> Args:
         try:
             return _args_decoder.decode(a)
         except msgspec.ValidationError:
-            raise NeedsSlowDecode from None
+            return tolerant_raw_args(a) or empty
     return empty if a is None else a
+
+
+def tolerant_raw_args(a: msgspec.Raw) -> Args | None:
+    """Raw args whose values have odd types, converted as the tolerant decoder converts them (one event, not its
+    whole block: a block decoded again took twice as long)."""
+    b = bytes(a)
+    try:
+        obj = orjson.loads(b)
+    except orjson.JSONDecodeError:  # integers beyond 64 bits, which msgspec reads
+        obj = json.loads(b)
+    return _tolerant_args(obj)
 
 
 def decode_events(data: bytes) -> list[Event]:
     """Fast decode of a JSON array of events: args stay raw (see Event). msgspec.DecodeError when it is not valid
     JSON; NeedsSlowDecode when a value has an unexpected type (then use :func:`decode_events_slow`)."""
+    return _decode_first((_phases_decoder, _raw_args_phases_decoder, _events_decoder), data)
+
+
+def _decode_first(decoders, data) -> list[Event]:
+    """The events from the first decoder that takes the block: each fails (ValidationError) where the next takes
+    more (an odd type in some event's args; a phase not in the format or no "ph"); NeedsSlowDecode when none
+    does (an event field of an odd type)."""
     was = gc.isenabled()
     gc.disable()  # millions of small allocations: generation-0 collections would cost ~40 %
     try:
-        try:
-            return _phases_decoder.decode(data)
-        except msgspec.ValidationError:  # a phase not in the format, no "ph", or an odd value type
-            return _events_decoder.decode(data)
-    except msgspec.ValidationError:
-        raise NeedsSlowDecode from None
+        for decoder in decoders:
+            try:
+                return decoder.decode(data)
+            except msgspec.ValidationError:
+                continue
+        raise NeedsSlowDecode
     except RecursionError:
         raise BadValue("has JSON nested deeper than any trace event") from None
     finally:
@@ -307,20 +341,7 @@ def decode_events(data: bytes) -> list[Event]:
 def decode_events_exact(data: bytes) -> list[Event]:
     """decode_events, with each complete event's ts kept as its JSON digits (msgspec.Raw; rows read them with
     :func:`exact_ns`): for epoch ts with a fraction, which float64 cannot hold to the ns."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        try:
-            return _exact_phases_decoder.decode(data)
-        except msgspec.ValidationError:
-            return _exact_ts_decoder.decode(data)
-    except msgspec.ValidationError:
-        raise NeedsSlowDecode from None
-    except RecursionError:
-        raise BadValue("has JSON nested deeper than any trace event") from None
-    finally:
-        if was:
-            gc.enable()
+    return _decode_first((_exact_phases_decoder, _exact_ts_decoder), data)
 
 
 def decode_events_slow(data: bytes) -> list[Event]:
@@ -359,7 +380,7 @@ def _canonical_event(e: Event) -> Event:
             try:
                 e.args = _args_decoder.decode(a)
             except msgspec.ValidationError:
-                e.args = _tolerant_args(orjson.loads(a))
+                e.args = tolerant_raw_args(a)
     return e
 
 

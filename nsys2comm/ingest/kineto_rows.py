@@ -21,11 +21,11 @@ from .kineto_decode import (
     BadValue,
     Event,
     NeedsExactTs,
-    NeedsSlowDecode,
     _args_decoder,
     _canonical_args,
     _encode,
     exact_ns,
+    tolerant_raw_args,
 )
 
 _KIND = {
@@ -215,8 +215,8 @@ class _State:
                     else:
                         try:
                             a = decode_args(a)
-                        except ValidationError:
-                            raise NeedsSlowDecode from None
+                        except ValidationError:  # a value of an odd type: this event's args converted
+                            a = tolerant_raw_args(a) or empty
                 elif a is None:
                     a = empty
                 if kind <= 3:  # GPU work (kernel, memcpy, memset): its device and stream

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import math
 from pathlib import Path
 
 import orjson
@@ -43,6 +44,7 @@ def tile(src: Path, out: Path, mb: float, style: str = "kineto") -> int:
     timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
     t0 = min(e["ts"] for e in timed)
     span = max(e["ts"] + (e.get("dur") or 0) for e in timed) - t0 + 1000
+    span = math.ceil(span)  # integer ts stay integers (float durations made them 1682725901604911.0)
     max_id = max((v for e in events for k, v in (e.get("args") or {}).items() if k in _ID_KEYS and type(v) is int),
                  default=0) + 1
     max_flow = max((e["id"] for e in events if type(e.get("id")) is int), default=0) + 1
