@@ -26,6 +26,8 @@ def test_benchmark_smoke(tmp_path):
     tiled, tiled_gz = steps["tiled_ingest_3mb"], steps["tiled_ingest_3mb_gz"]
     assert tiled["rows"]["kernels"] > 0 and tiled["rows"] == tiled_gz["rows"]
     assert tiled["peak_rss_all_mb"] > 0
+    # and with early-2024 epoch ts (us.nnn) read from their digits: the same rows
+    assert steps["tiled_ingest_3mb_epoch_fraction"]["rows"] == tiled["rows"]
     assert steps["nsys_ingest_20000_kernels"]["rows"]["kernels"] == 20_000
     assert steps["report_2ranks_x_2mb"]["html_bytes"] < 2_000_000
     assert all(s["peak_rss_mb"] > 0 for s in res["steps"])

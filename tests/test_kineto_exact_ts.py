@@ -134,3 +134,22 @@ def test_odd_types_in_one_event_s_args_are_converted_without_decoding_its_block_
     tables, _ = kineto._decode_process(data, 0)
     assert tables["kernels"].equals(slow["kernels"])
     assert tables["kernels"].select(["stream_id", "grid_x"]).to_pylist()[1] == {"stream_id": 7, "grid_x": 2}
+
+
+def test_the_benchmark_s_epoch_fraction_variant_is_read_to_the_ns(tmp_path):
+    """tile.with_epoch_fractions writes us.nnn digits; the ingest stores them exactly."""
+    from nsys2comm import db
+    from nsys2comm.ingest import ingest
+    from tests.benchmarks.tile import with_epoch_fractions
+
+    src = tmp_path / "int.json"
+    src.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [
+        json.loads(_kernel("1712195495519688", i)) for i in range(3)]}, indent=1))
+    out = tmp_path / "frac.json"
+    assert with_epoch_fractions(src, out) == 3
+    con = db.connect(None)
+    ingest(con, [out], jobs=1)
+    digits = [d for d in out.read_text().split('"ts": ')[1:]]
+    want = sorted(round(Decimal(d.split(",")[0]) * 1000) for d in digits)
+    assert sorted(r[0] for r in con.execute("SELECT start_ns FROM kernels").fetchall()) == want
+    assert all(w % 1000 for w in want)  # every ts got a fraction

@@ -6,7 +6,8 @@ The events are repeated back to back: copy k has its ts shifted by k x (span + 1
 External id args offset by k x (largest id + 1), so every copy is a distinct, well-formed stretch of the same
 workload (no correlation id is shared by two launches). The header and trailer are the source's. ``--style
 kineto`` writes events the way Kineto's writer does (one key group per line, 2-space indent); ``compact`` writes
-one event per line without spaces (more events per MB: the harder case for MB/s).
+one event per line without spaces (more events per MB: the harder case for MB/s). ``with_epoch_fractions``
+rewrites a tiled trace's integer ts the way early-2024 Kineto printed them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import math
+import re
 from pathlib import Path
 
 import orjson
@@ -75,6 +77,26 @@ def tile(src: Path, out: Path, mb: float, style: str = "kineto") -> int:
             k += 1
         f.write(b"\n]}\n")
     return k
+
+
+_INT_TS = re.compile(rb'("ts": ?)(\d{16,})(?=[,}\s])')
+
+
+def with_epoch_fractions(src: Path, out: Path) -> int:
+    """``src`` (a trace with integer epoch µs) with a 3-digit fraction on every ts, as Kineto printed them in early
+    2024 (``1712195495519689.047``, kineto dfd563dd; float64 cannot hold them to the ns). Returns the number of
+    ts rewritten; the fractions are deterministic."""
+    n = 0
+
+    def frac(m: re.Match) -> bytes:
+        nonlocal n
+        n += 1
+        return m.group(1) + m.group(2) + b".%03d" % (n * 37 % 1000)
+
+    with open(src, "rb") as f, open(out, "wb") as w:
+        for line in f:
+            w.write(_INT_TS.sub(frac, line))
+    return n
 
 
 def main() -> None:
