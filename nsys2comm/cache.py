@@ -124,14 +124,18 @@ def refresh_cache(con) -> bool:
     first and written last, so a refresh that stops half-way leaves sweeps that no session uses. The sweeps run
     in transactions of their own, several at a time on a small job (``_store_sweeps``, ``_sweep_workers``): the
     caller's process holds the database's write lock and writes nothing meanwhile, so they all see the data the
-    key was computed from.
+    key was computed from. A refresh ends with one checkpoint.
     """
     path, read_only = _db_state(con)
     if path is None or read_only:
         return False
     _restore_live(con)
-    writer_limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    writer_limit, threshold = con.execute("SELECT current_setting('memory_limit'), "
+                                          "current_setting('checkpoint_threshold')").fetchall()[0]
     con.execute(f"SET memory_limit = '{sweep_memory_limit()}'")
+    # one checkpoint at the end instead of DuckDB's own at each commit whose log passed the threshold: every
+    # checkpoint rewrites the metadata of every table (440 MB Kineto trace: 0.068 + 0.072 s against 0.07 s)
+    con.execute("SET checkpoint_threshold = '1TB'")
     try:
         key = content_key(con)
         if _stored_key(con) == key:
@@ -142,10 +146,12 @@ def refresh_cache(con) -> bool:
         con.execute("CREATE OR REPLACE TABLE _cache_key AS SELECT ?::VARCHAR AS content_key", [key])
         con.execute("DROP TABLE IF EXISTS _cache_fingerprint")  # the key of older versions
         con.execute("COMMIT")
+        con.execute("CHECKPOINT")  # readers then open a file without a log to replay
         return True
     finally:
         _restore_live(con)  # a writable session computes live (use_cache)
         con.execute(f"SET memory_limit = '{writer_limit}'")
+        con.execute(f"SET checkpoint_threshold = '{threshold}'")
 
 
 # Sweeps stored at once. The sweeps of a small job are mostly queries that DuckDB runs on one thread (it splits a

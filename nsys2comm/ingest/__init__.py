@@ -290,7 +290,6 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
 
     installing = None if catalog_installed(con) else _CatalogInstall(con)
     completed = terminated = False
-    threshold = _defer_checkpoints(con)
     try:
         _write_all(con, todo, options, jobs, record, fail, progress, installing)
         completed = True
@@ -300,25 +299,14 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
     finally:
         hasher.shutdown(wait=not terminated, cancel_futures=True)
         _complete(con, installing, terminated=terminated,
-                  wrote=completed or any(r.status == "ingested" for r in results), threshold=threshold)
+                  wrote=completed or any(r.status == "ingested" for r in results))
     return results
 
 
-def _defer_checkpoints(con) -> str:
-    """Hold DuckDB's automatic checkpoints until the ingest ends (returns the threshold to restore). Each commit
-    whose write-ahead log passed the threshold (a file's rows, then the stored sweeps) checkpointed on its own, and
-    every checkpoint rewrites the metadata of every table: on a 440 MB Kineto trace two of them cost 0.14 s where
-    one at the end costs 0.07 s. A killed ingest leaves its log, which the next open replays."""
-    threshold = con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
-    con.execute("SET checkpoint_threshold = '1TB'")
-    return threshold
-
-
-def _complete(con, installing: _CatalogInstall | None, *, terminated: bool, wrote: bool, threshold: str) -> None:
+def _complete(con, installing: _CatalogInstall | None, *, terminated: bool, wrote: bool) -> None:
     if terminated:  # a signal: leave at once, with no thread left inside DuckDB
         if installing is not None:
             installing.stop()
-        con.execute(f"SET checkpoint_threshold = '{threshold}'")
         return
     if installing is not None:
         installing.wait()
@@ -328,9 +316,6 @@ def _complete(con, installing: _CatalogInstall | None, *, terminated: bool, wrot
         # the shared sweeps, once per ingest rather than once per later session; a no-op while they match
         # the data, and a repair after a killed ingest or an outside edit
         refresh_cache(con)
-    con.execute(f"SET checkpoint_threshold = '{threshold}'")
-    if wrote:  # the one checkpoint: readers then open a file without a log to replay
-        con.execute("CHECKPOINT")
 
 
 def start_decoders(paths: Iterable[str | Path], *, jobs: int | None = None, read_extra: dict | None = None) -> None:
