@@ -39,7 +39,7 @@ FALLBACK_TRACE = ROOT / "fixtures" / "example"
 
 def measure(step: str, python: str = sys.executable, **kwargs) -> dict:
     # written files (a freshly tiled 400 MB trace, the last step's database) reach the disk now, not inside the
-    # measured step: the first ingest after tiling read 3.18 s against 2.40-2.54 s for the same file once written
+    # measured step (with 390 MB dirty the ingest measured within the drift, but a slower disk would show it)
     if hasattr(os, "sync"):
         os.sync()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
