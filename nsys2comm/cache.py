@@ -401,12 +401,20 @@ def catalog_installed(con) -> bool:
 
 
 def _restore_live(con) -> None:
-    """Helper views compute from the canonical tables again (no snapshot, no cache)."""
+    """Helper views compute from the canonical tables again (no snapshot, no cache). Only what needs it is
+    dropped or made, in the catalog's order (a helper reads those before it): a session that never redirected a
+    helper (an ingest) runs two queries, not 48 statements."""
+    temp, persistent = set(), set()
+    for name, is_temp in settle(con).execute(
+            "SELECT view_name, temporary FROM duckdb_views() UNION ALL "
+            "SELECT table_name, true FROM duckdb_tables() WHERE temporary").fetchall():
+        (temp if is_temp else persistent).add(name)
     for view, table in _MATERIALIZABLE.items():
-        con.execute(f"DROP VIEW IF EXISTS temp.{view}")
-        con.execute(f"DROP TABLE IF EXISTS temp.{table}")
-        # read-only sessions hold the helper as a TEMP view only: recreate it
-        if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [view]).fetchall()[0][0]:
+        if view in temp:
+            con.execute(f"DROP VIEW temp.{view}")
+        if table in temp:
+            con.execute(f"DROP TABLE temp.{table}")
+        if view not in persistent:  # read-only sessions hold the helper as a TEMP view only: made again
             con.execute(catalog.find(view).sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
 
 
