@@ -74,7 +74,7 @@ class _EventFields(msgspec.Struct, gc=False):
     tid: int | str | None = None
     ts: int | float | None = None
     dur: int | float | None = None
-    # raw JSON, decoded by the rows' loop for kept events only (args_of); the tolerant decoders put Args here
+    # raw JSON, decoded by the rows' loop for kept events only; the tolerant decoders put Args here
     args: msgspec.Raw = _NULL
 
 
@@ -121,7 +121,7 @@ _raw_args_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEvent, *_SKIP
 _args_decoder = msgspec.json.Decoder(Args)
 _exact_ts_decoder = msgspec.json.Decoder(list[EventExactTs])
 _exact_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEventExactTs, *_SKIPPED_PHASES]])  # noqa: UP007
-# epoch µs beyond float64's exact ns: 2**53 ns. Above it a fractional ts is read from its digits.
+# epoch µs beyond float64's exact ns: 2**53 ns. Above it a float ts is read from its digits.
 _EXACT_TS_US = 2.0**53 / 1000
 
 
@@ -250,6 +250,7 @@ class NeedsExactTs(NeedsSlowDecode):
 
 
 # A block whose first ts is epoch µs with a fraction (16+ integer digits): decoded by decode_events_exact at once
+_FIRST_TS = re.compile(rb'"ts"\s*:')
 _EPOCH_FRACTION_TS = re.compile(rb'"ts"\s*:\s*-?\d{16,}\.\d')
 
 
@@ -257,9 +258,6 @@ def has_epoch_fraction_ts(data) -> bool:
     """Whether the first ts in the first 64 KB of ``data`` is epoch µs with a fraction."""
     m = _FIRST_TS.search(data, 0, 1 << 16)
     return m is not None and _EPOCH_FRACTION_TS.match(data, m.start()) is not None
-
-
-_FIRST_TS = re.compile(rb'"ts"\s*:')
 
 
 _NS_PER_PLACE = (1000, 100, 10, 1)  # ns per unit of a µs value's last digit, by digits after the dot
@@ -289,18 +287,6 @@ def exact_ns(ts) -> int | None:
         raise NeedsSlowDecode from None
 
 
-def args_of(a, empty: Args) -> Args:
-    """The Args of a fast-decoded event (raw JSON decoded now), or of a slow-decoded one (already Args)."""
-    if a.__class__ is msgspec.Raw:
-        if len(a) <= 4:  # null, {}
-            return empty
-        try:
-            return _args_decoder.decode(a)
-        except msgspec.ValidationError:
-            return tolerant_raw_args(a) or empty
-    return empty if a is None else a
-
-
 def tolerant_raw_args(a: msgspec.Raw) -> Args | None:
     """Raw args whose values have odd types, converted as the tolerant decoder converts them (one event, not its
     whole block: a block decoded again took twice as long)."""
@@ -313,8 +299,9 @@ def tolerant_raw_args(a: msgspec.Raw) -> Args | None:
 
 
 def decode_events(data: bytes) -> list[Event]:
-    """Fast decode of a JSON array of events: args stay raw (see Event). msgspec.DecodeError when it is not valid
-    JSON; NeedsSlowDecode when a value has an unexpected type (then use :func:`decode_events_slow`)."""
+    """Fast decode of a JSON array of events (complete events' args decoded in the same pass, see
+    CompleteEventArgs). msgspec.DecodeError when it is not valid JSON; NeedsSlowDecode when an event field has an
+    unexpected type (then use :func:`decode_events_slow`)."""
     return _decode_first((_phases_decoder, _raw_args_phases_decoder, _events_decoder), data)
 
 

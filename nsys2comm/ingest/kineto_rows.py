@@ -209,7 +209,7 @@ class _State:
                 if min_ts is None or t < min_ts:
                     min_ts = t
                 a = e.args
-                if a.__class__ is Raw:  # args_of, inlined: this runs for every kept event
+                if a.__class__ is Raw:  # a kept event's raw args (not decoded in the fast pass)
                     if len(a) <= 4:  # null, {}
                         a = empty
                     else:
