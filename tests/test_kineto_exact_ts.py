@@ -16,9 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nsys2comm.ingest import kineto
+from nsys2comm.ingest import kineto, kineto_rows
 from nsys2comm.ingest.kineto_decode import (
+    CompleteEventArgs,
     NeedsSlowDecode,
+    decode_events,
     decode_events_exact,
     decode_events_slow,
     exact_ns,
@@ -153,3 +155,27 @@ def test_the_benchmark_s_epoch_fraction_variant_is_read_to_the_ns(tmp_path):
     want = sorted(round(Decimal(d.split(",")[0]) * 1000) for d in digits)
     assert sorted(r[0] for r in con.execute("SELECT start_ns FROM kernels").fetchall()) == want
     assert all(w % 1000 for w in want)  # every ts got a fraction
+
+
+def test_rocm_launch_streams_given_as_pointers_stay_on_the_fast_path(monkeypatch):
+    """ROCm traces (kineto's roctracer writer) print each HIP launch's stream as a pointer in text, on every
+    launch: the fast pass takes them (no block decoded again, no event converted on its own), and the rows equal
+    the tolerant decoder's, a kernel's stream given as text included."""
+    launch = json.dumps({"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 1, "tid": 1,
+                         "ts": 1694128201435410, "dur": 3,
+                         "args": {"cid": 3, "correlation": 1, "stream": "0x7f3a5c0010d0", "grid": [1, 1, 1]}})
+    text_stream = _kernel("1694128201435418", 2).replace('"stream": 7', '"stream": "9"')
+    data = ("[" + ", ".join([launch, _kernel("1694128201435417", 1), text_stream]) + ", ").encode() + CLOSE_PIECE
+    slow, _ = kineto._process(decode_events_slow(data), 0)
+    assert [type(e) for e in decode_events(data) if e.ph == "X"] == [CompleteEventArgs] * 3  # the first decoder's
+
+    def refuse(*_):
+        raise AssertionError("left the fast path")
+
+    monkeypatch.setattr(kineto, "decode_events_slow", refuse)
+    monkeypatch.setattr(kineto_rows, "tolerant_raw_args", refuse)
+    tables, _ = kineto._decode_process(data, 0)
+    for t in ("kernels", "api_calls", "cpu_ranges"):
+        assert tables[t].equals(slow[t]), t
+    assert tables["kernels"]["stream_id"].to_pylist() == [7, 9]
+    assert tables["api_calls"]["correlation_id"].to_pylist() == [1]

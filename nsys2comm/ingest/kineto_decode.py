@@ -24,7 +24,9 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     external_id: int | None = msgspec.field(default=None, name="External id")
     correlation: int | None = None
     device: int | None = None
-    stream: int | None = None
+    # text in ROCm traces: roctracer prints a HIP launch's stream as a pointer ("0x7f3a5c0010d0", kineto
+    # RoctracerActivity_inl.h); taken in the fast pass and read with stream_id(), not a reason to decode again
+    stream: int | str | None = None
     grid: list[int] | None = None
     block: list[int] | None = None
     bytes: int | None = None
@@ -57,7 +59,7 @@ _ARG_ALIASES = {"external_id_v1": "external_id",  # ≈1.8-1.9 traces
 
 
 def _canonical_args(a: Args) -> Args:
-    fix = {}
+    fix = {} if a.stream.__class__ is not str else {"stream": _to_int(a.stream)}
     for old, new in _ARG_ALIASES.items():
         v = getattr(a, old)
         if v is not None:
@@ -183,6 +185,11 @@ def _to_str(v):
     if isinstance(v, (int, Decimal)) and not isinstance(v, bool):
         return str(v)
     return orjson.dumps(v, default=str).decode()
+
+
+def stream_id(v) -> int | None:
+    """A stream arg as an int: text is converted as the tolerant decoder converts it (a pointer gives None)."""
+    return v if v.__class__ is int else _to_int(v)
 
 
 def _pidlike(v):

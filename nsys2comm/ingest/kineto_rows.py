@@ -25,6 +25,7 @@ from .kineto_decode import (
     _canonical_args,
     _encode,
     exact_ns,
+    stream_id,
     tolerant_raw_args,
 )
 
@@ -225,8 +226,10 @@ class _State:
                         pid = e.pid
                         dev = pid if type(pid) is int else 0
                     stream = a.stream
-                    if stream is None:
-                        stream = _stream_of(e.tid)
+                    if stream.__class__ is not int:
+                        stream = stream_id(stream)
+                        if stream is None:
+                            stream = _stream_of(e.tid)
                     devices.add(dev)
                 if kind == 1:  # kernel
                     g = a.grid
