@@ -46,13 +46,18 @@ WITH _exposure_comm_iv AS (
   SELECT rank AS grp, kernel_id AS probe_id, start_ns, end_ns FROM _exposure_gemm
 ), _exposure_cov AS (
   SELECT probe_id AS kernel_id, covered_ns FROM intervals_covered_ns('_exposure_comm_iv', '_exposure_gemm_probe')
+), _exposure_gemm_step AS (
+  -- the ASOF join sorts its probe side with every column it carries: on the narrow probe, then joined back by id
+  -- (10M kernels: 4.2-4.9 -> 3.4-3.7 s for the view)
+  SELECT p.probe_id AS kernel_id, CASE WHEN p.start_ns < s.step_end_ns THEN s.step_ord END AS rank_step_ord
+  FROM _exposure_gemm_probe p
+  ASOF LEFT JOIN _overlap_steps() s ON p.grp = s.rank AND p.start_ns >= s.step_start_ns
 )
 SELECT g.kernel_id, g.rank, g.short_name, g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z,
-       g.start_ns, g.end_ns, CASE WHEN g.start_ns < s.step_end_ns THEN s.step_ord END AS rank_step_ord,
-       c.covered_ns AS comm_covered_ns
+       g.start_ns, g.end_ns, st.rank_step_ord, c.covered_ns AS comm_covered_ns
 FROM _exposure_gemm g
 JOIN _exposure_cov c USING (kernel_id)
-ASOF LEFT JOIN _overlap_steps() s ON g.rank = s.rank AND g.start_ns >= s.step_start_ns;
+JOIN _exposure_gemm_step st USING (kernel_id);
 
 -- @macro _exposure_gemm_samples
 -- Every GEMM kernel (kernel_class 'gemm', positive duration) with how much of it ran while communication ran
