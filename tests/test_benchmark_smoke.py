@@ -28,6 +28,8 @@ def test_benchmark_smoke(tmp_path):
     assert tiled["peak_rss_all_mb"] > 0
     # and with early-2024 epoch ts (us.nnn) read from their digits: the same rows
     assert steps["tiled_ingest_3mb_epoch_fraction"]["rows"] == tiled["rows"]
+    # and with ROCm's pointer text for each launch's stream: the same rows
+    assert steps["tiled_ingest_3mb_stream_pointers"]["rows"] == tiled["rows"]
     assert steps["nsys_ingest_20000_kernels"]["rows"]["kernels"] == 20_000
     assert steps["report_2ranks_x_2mb"]["html_bytes"] < 2_000_000
     assert all(s["peak_rss_mb"] > 0 for s in res["steps"])

@@ -79,7 +79,7 @@ def _tiled(sizes: list[int], workdir: Path, hta_python: str | None, source: Path
     the same plain file in the same run."""
     import gzip
 
-    from tests.benchmarks.tile import tile, with_epoch_fractions
+    from tests.benchmarks.tile import tile, with_epoch_fractions, with_stream_pointers
 
     for mb in sizes:
         d = workdir / f"tiled_{mb}mb"
@@ -91,15 +91,18 @@ def _tiled(sizes: list[int], workdir: Path, hta_python: str | None, source: Path
         if not gz.exists():
             with open(f, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 22)
-        # the same events with early-2024 epoch ts (us.nnn), read from their digits: where the source's are integers
-        frac = workdir / f"tiled_{mb}mb_epoch_fraction" / "rank0.pt.trace.json"
-        if not frac.exists():
-            frac.parent.mkdir(exist_ok=True)
-            if not with_epoch_fractions(f, frac):
-                frac.unlink()
         size_mb = f.stat().st_size / 1e6
         runs = [(f"tiled_ingest_{mb}mb", f), (f"tiled_ingest_{mb}mb_gz", gz)]
-        runs += [(f"tiled_ingest_{mb}mb_epoch_fraction", frac)] if frac.exists() else []
+        # the same events as real format variants write them, where the source lends itself: early-2024 epoch ts
+        # (us.nnn, read from their digits) where its ts are integers; ROCm's pointer text for a launch's stream
+        # where it has CUDA runtime calls
+        for variant, rewrite in (("epoch_fraction", with_epoch_fractions), ("stream_pointers", with_stream_pointers)):
+            v = workdir / f"tiled_{mb}mb_{variant}" / "rank0.pt.trace.json"
+            if not v.exists():
+                v.parent.mkdir(exist_ok=True)
+                if not rewrite(f, v):
+                    v.unlink()
+            runs += [(f"tiled_ingest_{mb}mb_{variant}", v)] if v.exists() else []
         # our ingests one after the other, then HTA: the gzip ratio compares runs next to each other (after HTA's
         # 2 GB and 35 s the gzip run read 0.62-0.79x the plain one, alone 0.86-0.87x)
         ours = {}
@@ -107,7 +110,7 @@ def _tiled(sizes: list[int], workdir: Path, hta_python: str | None, source: Path
             db = workdir / f"{name}.duckdb"
             db.unlink(missing_ok=True)
             r = measure("ingest", db=str(db), paths=[str(path)], jobs=1)
-            path_mb = path.stat().st_size / 1e6 if path is frac else size_mb  # gzip: MB/s of the JSON
+            path_mb = size_mb if path is gz else path.stat().st_size / 1e6  # gzip: MB/s of the JSON
             ours[path] = add(name, r, input_mb=round(path_mb, 1), mb_per_s=round(path_mb / r["seconds"], 1),
                              source=source.name)
         if hta_python:

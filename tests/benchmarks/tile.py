@@ -7,7 +7,8 @@ External id args offset by k x (largest id + 1), so every copy is a distinct, we
 workload (no correlation id is shared by two launches). The header and trailer are the source's. ``--style
 kineto`` writes events the way Kineto's writer does (one key group per line, 2-space indent); ``compact`` writes
 one event per line without spaces (more events per MB: the harder case for MB/s). ``with_epoch_fractions``
-rewrites a tiled trace's integer ts the way early-2024 Kineto printed them.
+rewrites a tiled trace's integer ts the way early-2024 Kineto printed them; ``with_stream_pointers`` gives every CUDA
+runtime call a stream as pointer text, as ROCm traces give every HIP launch.
 """
 
 from __future__ import annotations
@@ -96,6 +97,26 @@ def with_epoch_fractions(src: Path, out: Path) -> int:
     with open(src, "rb") as f, open(out, "wb") as w:
         for line in f:
             w.write(_INT_TS.sub(frac, line))
+    return n
+
+
+_CBID = re.compile(rb'"cbid": ?(\d+),')
+
+
+def with_stream_pointers(src: Path, out: Path) -> int:
+    """``src`` with every CUDA runtime call's args in the shape of a HIP launch in a ROCm trace (kineto's roctracer
+    writer: ``"cid": N, "stream": "0x7f3a5c0010d0"``, the stream as pointer text). Returns the number of calls
+    rewritten (0 for a source without CUDA runtime calls)."""
+    n = 0
+
+    def hip(m: re.Match) -> bytes:
+        nonlocal n
+        n += 1
+        return b'"cid": ' + m.group(1) + b', "stream": "0x7f3a5c%06x",' % (n % 4096 * 16)
+
+    with open(src, "rb") as f, open(out, "wb") as w:
+        for line in f:
+            w.write(_CBID.sub(hip, line))
     return n
 
 
