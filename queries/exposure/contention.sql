@@ -48,7 +48,7 @@ WITH _exposure_comm_iv AS (
   SELECT probe_id AS kernel_id, covered_ns FROM intervals_covered_ns('_exposure_comm_iv', '_exposure_gemm_probe')
 ), _exposure_gemm_step AS (
   -- the ASOF join sorts its probe side with every column it carries: on the narrow probe, then joined back by id
-  -- (10M kernels: 4.2-4.9 -> 3.4-3.7 s for the view)
+  -- (10M kernels: 4.5-5.0 -> 3.4-4.1 s for the view, 3 alternating runs)
   SELECT p.probe_id AS kernel_id, CASE WHEN p.start_ns < s.step_end_ns THEN s.step_ord END AS rank_step_ord
   FROM _exposure_gemm_probe p
   ASOF LEFT JOIN _overlap_steps() s ON p.grp = s.rank AND p.start_ns >= s.step_start_ns
