@@ -17,6 +17,7 @@ later writer on the same host removes those whose process is gone, and any write
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import socket
 import time
@@ -41,7 +42,9 @@ def prepare(out: str | Path) -> Path:
     if root.exists() and not root.is_dir():
         raise InputError("exists and is not a directory", path=str(root),
                          hint="give a new or empty directory for a Parquet job, or --db FILE.duckdb")
-    if root.is_dir() and not jobdir.is_job_dir(root) and any(root.iterdir()):
+    # listed before the marker is looked for: a writer starting beside this one may be writing the marker (its temp
+    # file is there, the marker not yet), and it writes the marker before anything else
+    if root.is_dir() and _foreign_entries(root) and not jobdir.is_job_dir(root):
         raise InputError("is a directory but not an nsys2comm Parquet job", path=str(root),
                          hint="give a new or empty directory, or one written by nsys2comm ingest --out")
     root.mkdir(parents=True, exist_ok=True)
@@ -53,8 +56,16 @@ def prepare(out: str | Path) -> Path:
     return root
 
 
+_TEMP_GLOB = ".*.tmp"  # a writer's temp file: .NAME.HOST.PID.tmp (_tmp_name)
+
+
 def _tmp_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.{_HOST}.{os.getpid()}.tmp")
+
+
+def _foreign_entries(root: Path) -> list[Path]:
+    """What a directory holds besides the marker and nsys2comm writers' temp files."""
+    return [p for p in root.iterdir() if p.name != jobdir.MARKER and not fnmatch.fnmatch(p.name, _TEMP_GLOB)]
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -67,7 +78,7 @@ def remove_stale_temps(root: Path) -> list[str]:
     """Temp files of writers that died: this host's whose process is gone, any host's older than a day."""
     removed = []
     now = time.time()
-    for tmp in root.glob("**/.*.tmp"):
+    for tmp in root.glob("**/" + _TEMP_GLOB):
         parts = tmp.name.rsplit(".", 3)  # .NAME . HOST . PID . tmp
         host, pid = (parts[1], parts[2]) if len(parts) == 4 else ("", "")
         try:

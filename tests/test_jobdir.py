@@ -179,3 +179,21 @@ def test_ingest_db_with_a_trailing_slash_or_an_existing_directory_writes_a_parqu
     assert r.exit_code == 1 and "not an nsys2comm Parquet job" in r.output
     r = runner.invoke(app, ["ingest", str(paths[0])])
     assert r.exit_code == 2 and "--db FILE or --out DIR" in r.output
+
+
+def test_a_writer_starting_while_another_writes_the_marker_joins_the_job(tmp_path):
+    """Epilogues of several nodes start at once: one may find the directory holding only another writer's temp
+    marker (written, not yet renamed into place). That is a job being created, not a foreign directory; a
+    directory with anything else and no marker is still refused."""
+    out = tmp_path / "job"
+    out.mkdir()
+    other = out / f".{jobdir.MARKER}.otherhost.4242.tmp"
+    other.write_text(jobdir.marker_text())
+    jobwrite.prepare(out)
+    assert jobdir.is_job_dir(out)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / f".{jobdir.MARKER}.otherhost.4242.tmp").write_text(jobdir.marker_text())
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="not an nsys2comm Parquet job"):
+        jobwrite.prepare(foreign)
