@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from .base import ID_COLUMNS, SPOOL_PREFIX, Batch, ReadOptions, process_pool, start_forkserver, stop_pool
+from .redact import redacted
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
 
@@ -127,7 +128,7 @@ def _spool(path: str, options: ReadOptions, tmpdir: str) -> list[tuple[str, str]
     """Worker: parse one file and spool its batches as Arrow IPC files (memory stays bounded)."""
     mod = detect(Path(path))
     out = []
-    for i, batch in enumerate(mod.read(Path(path), options)):
+    for i, batch in enumerate(redacted(mod.read(Path(path), options))):
         fn = os.path.join(tmpdir, f"{i:06d}.arrow")
         with pa.ipc.new_file(fn, batch.data.schema) as w:
             w.write_table(batch.data)
@@ -379,7 +380,8 @@ def _write_all(con, todo, options, jobs, record, fail, progress, installing) -> 
     if jobs == 1 or len(todo) <= 1:
         for path, sha, mod in todo:
             try:
-                record(path, _write_file(con, path, sha, mod, mod.read(path, options), progress, installing))
+                record(path, _write_file(con, path, sha, mod, redacted(mod.read(path, options)), progress,
+                                         installing))
             except Exception as err:  # noqa: BLE001
                 fail(path, err)
         return

@@ -11,8 +11,8 @@ Privacy
     ``META_DATA_CAPTURE``, ``TARGET_INFO_SYSTEM_ENV`` and ``ProcessStreams`` are never queried; from the export
     meta table only ``EXPORT_SCHEMA_VERSION``, ``EXPORT_PRODUCT_VERSION`` and ``EXPORT_HOST`` are read; StringIds
     values are fetched only for ids referenced by kernel, runtime and NVTX rows (plus values starting with
-    ``nccl``). NVTX texts that look like a credential assignment (``*KEY*=``, ``*TOKEN*=``, ...) are replaced by
-    ``[redacted]``.
+    ``nccl``). Credentials anywhere in NVTX texts are redacted with every other source's free text
+    (``ingest/redact.py``).
 
 Ranks (``ranks.rank_source``)
     The ranks of a report are its processes with GPU activity (kernels, memcpy or memset); rows of other
@@ -89,7 +89,6 @@ _CANON_COPY = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"}
 _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
              6: "Managed Static", 7: "Unknown"}
 _NO_CORR = 0xFFFFFFFF
-_SECRETISH = r"(?i)^\s*(export\s+)?[a-z0-9_.-]*(key|token|secret|passw|credential|auth)[a-z0-9_.-]*\s*="
 _TEMPLATE_INT = re.compile(r"\((unsigned long long|long long|unsigned long|long|unsigned int|unsigned short|"
                            r"unsigned char|int|short|char)\)(-?\d+)")
 _INT_SUFFIX = {"unsigned long long": "ull", "long long": "ll", "unsigned long": "ul", "long": "l",
@@ -609,9 +608,6 @@ def _nvtx(ex: _Export, ctx: _Placement, counts: Counter, dec: PayloadDecoder, ro
         start, end, keep = values.times(ex, t, cols[0], cols[1], ctx.offset, end_optional=True)
         pkey = pc.shift_right(gtid, _PID_SHIFT)
         names = pc.coalesce(cols[3], ex.name_array(cols[4]).cast(pa.string()), pa.scalar("", pa.string()))
-        secret = pc.match_substring_regex(names, _SECRETISH)
-        if pc.any(secret).as_py():
-            names = pc.if_else(secret, "[redacted]", names)
         doms = pc.take(dnames, pc.index_in(pc.add(pc.multiply(pkey, 65536), dom), value_set=dkeys))
         args = pa.nulls(m, pa.string())
         if dec.entries and blobs.null_count < m:
