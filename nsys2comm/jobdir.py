@@ -114,10 +114,12 @@ def _scan(table_dir: Path) -> list[tuple[int | None, str, str]]:
 
 @dataclass
 class Snapshot:
-    """The committed parts of a job directory at one moment."""
+    """The committed parts of a job directory at one moment, less the ranks that two traces claim (``conflicts``:
+    rank -> the sha16 of every trace claiming it; those ranks' parts are left out of every table)."""
     root: Path
     commits: dict[str, str] = field(default_factory=dict)  # sha16 -> path of its files part
     parts: dict[str, list[tuple[int | None, str, str]]] = field(default_factory=dict)  # table -> (rank, sha16, path)
+    conflicts: dict[int, list[str]] = field(default_factory=dict)
 
     def paths(self, table: str, rank: int | None | bool = False) -> list[str]:
         """Part paths of a table in read order (rank, then name); ``rank`` given: that rank's only."""
@@ -145,6 +147,14 @@ def snapshot(root: str | Path) -> Snapshot:
         parts = [x for x in _scan(root / table) if x[1] in snap.commits]
         parts.sort(key=lambda x: (x[0] is None, x[0] or 0, x[1]))
         snap.parts[table] = parts
+    claims: dict[int, list[str]] = {}
+    for rank, sha, _p in snap.parts["ranks"]:
+        if rank is not None:
+            claims.setdefault(rank, []).append(sha)
+    # one bad rank must not cost the analysis of the job: a rank two traces claim is left out, and said
+    snap.conflicts = {r: shas for r, shas in claims.items() if len(shas) > 1}
+    if snap.conflicts:
+        snap.parts = {t: [x for x in parts if x[0] not in snap.conflicts] for t, parts in snap.parts.items()}
     return snap
 
 
@@ -169,17 +179,24 @@ def create_views(con, parts: dict[str, list[str]], *, comments: bool = True) -> 
             catalog.comment_view(con, obj)
 
 
-def _check_ranks(con, snap: Snapshot) -> None:
-    """Two traces claiming one rank (two jobs in one directory): refused, as ingest refuses it for a DuckDB file."""
-    seen: dict[int, str] = {}
-    for rank, sha, _p in snap.parts.get("ranks", []):
-        if rank in seen and seen[rank] != sha:
-            paths = [con.execute("SELECT path FROM read_parquet(?)", [snap.commits[s]]).fetchone()[0]
-                     for s in (seen[rank], sha)]
-            raise InputError(f"rank {rank} is claimed by two traces ({paths[0]} and {paths[1]})", path=str(snap.root),
-                             hint="traces of another job belong in another directory; give --rank N at ingest if "
-                                  "the rank was guessed")
-        seen[rank] = sha
+def conflict_paths(con, snap: Snapshot) -> dict[int, list[str]]:
+    """rank -> the paths of the traces that claim it (from their committed files parts)."""
+    return {r: [con.execute("SELECT path FROM read_parquet(?)", [snap.commits[s]]).fetchone()[0] for s in shas]
+            for r, shas in sorted(snap.conflicts.items())}
+
+
+def _note_conflicts(con, snap: Snapshot) -> None:
+    """Each conflicting rank as a warning in ingest_notes (so in diagnostics, the summary's missing and the report's
+    notes): the rest of the job is analysed without it."""
+    if not snap.conflicts:
+        return
+    rows = [(r, f"rank {r} is claimed by {len(paths)} traces ({', '.join(paths)}): left out of the analysis; "
+                "move the trace of the other job out of the directory")
+            for r, paths in conflict_paths(con, snap).items()]
+    values = ", ".join(f"(NULL, {r}, 'warning', 'rank_conflict', {catalog.sql_string(m)})" for r, m in rows)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW ingest_notes AS SELECT * FROM "
+                f"({_source('ingest_notes', snap.paths('ingest_notes'))}) UNION ALL SELECT * FROM (VALUES {values}) AS c(file_id, rank, severity, code, message)")
+    catalog.comment_view(con, next(o for o in catalog.load_catalog() if o.name == "ingest_notes"))
 
 
 def connect(root: str | Path, *, write: bool = False, gather=None) -> duckdb.DuckDBPyConnection:
@@ -201,7 +218,7 @@ def connect(root: str | Path, *, write: bool = False, gather=None) -> duckdb.Duc
     con = memory_connection()
     try:
         create_views(con, {t: snap.paths(t) for t in snap.parts})
-        _check_ranks(con, snap)
+        _note_conflicts(con, snap)
         _install_temp_objects(con)
         if gather is not None:
             gather(con, snap)

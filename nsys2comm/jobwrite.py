@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import json
 import os
 import socket
 import time
@@ -102,7 +103,11 @@ def _alive(pid: int) -> bool:
 
 
 def committed(root: Path, sha: str) -> bool:
-    return any((root / jobdir.COMMIT_TABLE).glob(f"rank=*/{jobdir.part_name(sha)}"))
+    return committed_sha16(root, sha[:16])
+
+
+def committed_sha16(root: Path, sha16: str) -> bool:
+    return any((root / jobdir.COMMIT_TABLE).glob(f"rank=*/{jobdir.part_name(sha16)}"))
 
 
 def _pipeline():
@@ -140,7 +145,19 @@ def _export(con, root: Path, f0: int, sha: str, path: str) -> int:
     if not 0 < fid < _MAX_FILE_ID:
         raise InputError(f"rank {ranks[0]} is too large for a Parquet job (file ids are the smallest rank + 1, "
                          f"below {_MAX_FILE_ID})", path=path, hint="ingest it into a DuckDB file (--db FILE.duckdb)")
-    _check_rank_collisions(con, root, ranks, sha, path)
+    claims = _claim_ranks(root, ranks, sha, path)
+    try:
+        _check_rank_collisions(con, root, ranks, sha, path)
+        _write_parts(con, root, f0, fid, sha, ranks)
+    except BaseException:
+        if not committed(root, sha):
+            for c in claims:
+                c.unlink(missing_ok=True)
+        raise
+    return fid
+
+
+def _write_parts(con, root: Path, f0: int, fid: int, sha: str, ranks: list[int]) -> None:
     name = jobdir.part_name(sha)
     for table in jobdir.table_columns():
         if table == jobdir.COMMIT_TABLE:
@@ -154,7 +171,74 @@ def _export(con, root: Path, f0: int, sha: str, path: str) -> int:
     # the commit record, last: until it is renamed into place no reader sees this file's other parts
     _copy(con, f"SELECT * REPLACE ({fid}::INTEGER AS file_id) FROM files WHERE file_id = {f0}",
           root / jobdir.COMMIT_TABLE / jobdir.rank_dir(ranks[0]) / name)
-    return fid
+
+
+CLAIMS = "_claims"  # DIR/_claims/rank=R: the trace that writes or wrote rank R (never read as a table)
+
+
+def _claim_ranks(root: Path, ranks: list[int], sha: str, path: str) -> list[Path]:
+    """Claim every rank of a trace before any of its parts is written, each claim created whole by one link(2), which
+    fails if the claim exists: of two writers racing for one rank exactly one wins, the other is refused naming both
+    traces. A claim of the same trace is kept (a re-run); a dead writer's claim of nothing committed is taken over."""
+    taken: list[Path] = []
+    try:
+        for r in ranks:
+            claim = root / CLAIMS / jobdir.rank_dir(r)
+            if _claim(claim, {"sha16": sha[:16], "path": path, "host": _HOST, "pid": os.getpid()}, root, r, path):
+                taken.append(claim)
+    except BaseException:
+        for c in taken:
+            c.unlink(missing_ok=True)
+        raise
+    return taken
+
+
+def _claim(claim: Path, rec: dict, root: Path, rank: int, path: str) -> bool:
+    """True when this writer created the claim (False: it was this trace's already)."""
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(claim)
+    tmp.write_text(json.dumps(rec))
+    try:
+        for _ in range(3):
+            try:
+                os.link(tmp, claim)
+                return True
+            except FileExistsError:
+                other = _read_claim(claim)
+            if other is None:  # removed meanwhile: try again
+                continue
+            if other.get("sha16") == rec["sha16"]:
+                return False
+            done = committed_sha16(root, str(other.get("sha16")))
+            if done or _claim_alive(other, claim):
+                raise InputError(f"rank {rank} is {'already in this job directory' if done else 'being written'} "
+                                 f"(from {other.get('path')})", path=path,
+                                 hint="traces of another job belong in another directory; give --rank N if the "
+                                      "rank was guessed")
+            claim.unlink(missing_ok=True)  # a dead writer's claim: nothing of it is visible
+        raise InputError(f"could not claim rank {rank}: other writers keep changing it", path=path,
+                         hint="run the ingest again")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_claim(claim: Path) -> dict | None:
+    try:
+        return json.loads(claim.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
+
+
+def _claim_alive(rec: dict, claim: Path) -> bool:
+    """Whether the claim's writer may still be writing: its process on this host, or a claim under a day old."""
+    if rec.get("host") == _HOST and isinstance(rec.get("pid"), int):
+        return _alive(rec["pid"])
+    try:
+        return time.time() - claim.stat().st_mtime < _STALE_S
+    except FileNotFoundError:
+        return False
 
 
 def _copy(con, select: str, final: Path) -> None:
