@@ -68,6 +68,52 @@ SELECT probe_id AS kernel_id, CAST(sum(side * comp_cov) AS BIGINT) AS comp_ns,
        CAST(sum(side * gemm_cov) AS BIGINT) AS gemm_ns
 FROM cov WHERE probe_id IS NOT NULL GROUP BY probe_id;
 
+-- @macro _overlap_comm_algorithm
+-- The NCCL/RCCL algorithm that a communication kernel's name says ran, NULL where the name does not say it. Checked
+-- in NCCL's and RCCL's sources (see docs/device-peaks.md): NCCL 2.8-2.18 `ncclKernel_<Coll>_<ALGO>_LL_...` and
+-- NCCL <= 2.7 `nccl<Coll><Algo>LLKernel_...` carry the algorithm of the kernel's first operation (TREE, RING,
+-- COLLNET, COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE; a kernel exists per algorithm, LL protocol only);
+-- NCCL >= 2.19 `ncclDevKernel_..._<ALGO>_LL` names only TREE truthfully (generate.py's best_kernel maps every
+-- other algorithm, NVLS and PAT included, to the RING kernel), so RING there gives NULL; symmetric-memory kernels
+-- (`ncclSymDevKernel_` 2.27, `ncclSymkDevKernel_` >= 2.28, also RCCL) are one kernel per algorithm and give their
+-- algorithm token (e.g. 'AGxLL_R', 'RSxLDMC_AGxSTMC'); SendRecv kernels (which also run grouped collectives) and
+-- RCCL's `ncclDevKernel_Generic[_N]` give NULL.
+-- @param short_name: Kernel base name (kernels.short_name).
+CREATE OR REPLACE MACRO _overlap_comm_algorithm(short_name) AS
+  CASE
+    WHEN regexp_matches(short_name, '^nccl(?:Sym|Symk)DevKernel_')
+      THEN nullif(regexp_extract(short_name,
+             '^nccl(?:Sym|Symk)DevKernel_(?:AllGather|AllReduce|ReduceScatter)_(.+?)(?:_(?:sum|avg)_[a-z0-9]+)?(?:_profile)?$', 1), '')
+    WHEN regexp_matches(short_name, '^(?:nccl|rccl)DevKernel_')
+      THEN CASE WHEN regexp_matches(short_name, '_TREE_(?:LL|LL128|SIMPLE)$') THEN 'TREE' END
+    WHEN regexp_matches(short_name, '^(?:nccl|rccl)Kernel_(?:AllReduce|AllGather|ReduceScatter|Reduce|Broadcast)_')
+      THEN nullif(regexp_extract(short_name,
+             '^(?:nccl|rccl)Kernel_(?:AllReduce|AllGather|ReduceScatter|Reduce|Broadcast)_((?:COLLNET_DIRECT|COLLNET_CHAIN|COLLNET|NVLS_TREE|NVLS|TREE|RING))_(?:LL128|LL|SIMPLE)_', 1), '')
+    WHEN regexp_matches(short_name, '^nccl(?:AllReduce|AllGather|ReduceScatter|Reduce|Broadcast)(?:Ring|Tree|CollNet)(?:LL128|LL)?Kernel_')
+      THEN upper(regexp_extract(short_name, '^nccl(?:AllReduce|AllGather|ReduceScatter|Reduce|Broadcast)(Ring|Tree|CollNet)', 1))
+  END;
+
+-- @macro _overlap_comm_protocol
+-- The NCCL protocol that a communication kernel's name says ran, NULL where it does not say it. Every NCCL kernel
+-- that names a protocol before the symmetric-memory kernels is the LL entry point of its algorithm (LL128 and SIMPLE
+-- work runs inside it: common.h "Only generate inline kernels for LL", generate.py best_kernel), so those names give
+-- NULL; a symmetric-memory kernel whose algorithm is a low-latency one (its token holds 'LL': 'LL', 'LLMC',
+-- 'AGxLL_R', 'AGxLLMC_R') gives 'LL'.
+-- @param short_name: Kernel base name (kernels.short_name).
+CREATE OR REPLACE MACRO _overlap_comm_protocol(short_name) AS
+  CASE WHEN regexp_matches(coalesce(_overlap_comm_algorithm(short_name), ''), '(?:^|x)LL(?:MC)?(?:_|$)')
+        AND regexp_matches(short_name, '^nccl(?:Sym|Symk)DevKernel_') THEN 'LL' END;
+
+-- @macro _overlap_comm_channels
+-- Channels an NCCL/RCCL collective or p2p kernel ran on: its grid x (one block per channel, ncclKernel's
+-- blockIdx -> channelMask bit), NULL for other communication kernels (symmetric-memory and custom all-reduce
+-- kernels size their grid otherwise) and when the grid is unknown.
+-- @param short_name: Kernel base name (kernels.short_name).
+-- @param grid_x: Grid size x (kernels.grid_x).
+CREATE OR REPLACE MACRO _overlap_comm_channels(short_name, grid_x) AS
+  CASE WHEN regexp_matches(short_name, '^(?:nccl|rccl)(?:DevKernel_|Kernel_|(?:AllReduce|AllGather|ReduceScatter|Reduce|Broadcast|SendRecv)\w*Kernel_)')
+            AND grid_x > 0 THEN grid_x END::INTEGER;
+
 -- @view _overlap_comm_kernels
 -- comm_kernels' rows, unordered, for the analyses that join or aggregate them: a macro's ORDER BY is kept
 -- inside the queries that read it (a sort of every communication kernel). A view, so that ingest stores it with
@@ -94,6 +140,9 @@ FROM cov WHERE probe_id IS NOT NULL GROUP BY probe_id;
 -- @column overlapped_by_compute_ns: Part of the kernel during which any computation kernel ran on the rank (ns).
 -- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
 -- @column exposed_ns: Part of the kernel with no computation running (ns).
+-- @column algorithm: NCCL/RCCL algorithm the kernel name says ran (_overlap_comm_algorithm), NULL where it does not say.
+-- @column protocol: NCCL protocol the kernel name says ran (_overlap_comm_protocol), NULL where it does not say.
+-- @column channels: Channels (grid x) of an NCCL/RCCL kernel (_overlap_comm_channels), NULL otherwise.
 CREATE OR REPLACE VIEW _overlap_comm_kernels AS
 WITH p AS (SELECT * FROM _overlap_comm_kernel_overlap)
 SELECT k.kernel_id, k.rank, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.end_ns - k.start_ns AS duration_ns,
@@ -102,7 +151,9 @@ SELECT k.kernel_id, k.rank, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.en
        CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.comp_ns, 0) ELSE 0 END AS BIGINT) AS overlapped_by_compute_ns,
        CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.gemm_ns, 0) ELSE 0 END AS BIGINT) AS overlapped_by_gemm_ns,
        greatest(k.end_ns - k.start_ns, 0)
-         - CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.comp_ns, 0) ELSE 0 END AS BIGINT) AS exposed_ns
+         - CAST(CASE WHEN k.end_ns > k.start_ns THEN greatest(p.comp_ns, 0) ELSE 0 END AS BIGINT) AS exposed_ns,
+       _overlap_comm_algorithm(k.short_name) AS algorithm, _overlap_comm_protocol(k.short_name) AS protocol,
+       _overlap_comm_channels(k.short_name, k.grid_x) AS channels
 FROM kernels k
 JOIN p ON p.kernel_id = k.kernel_id
 LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id;
@@ -136,6 +187,9 @@ LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id;
 -- @column overlapped_by_compute_ns: Part of the kernel during which any computation kernel ran on the rank (ns).
 -- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
 -- @column exposed_ns: Part of the kernel with no computation running (ns).
+-- @column algorithm: NCCL/RCCL algorithm the kernel name says ran (_overlap_comm_algorithm), NULL where it does not say.
+-- @column protocol: NCCL protocol the kernel name says ran (_overlap_comm_protocol), NULL where it does not say.
+-- @column channels: Channels (grid x) of an NCCL/RCCL kernel (_overlap_comm_channels), NULL otherwise.
 CREATE OR REPLACE MACRO comm_kernels() AS TABLE
 SELECT * FROM _overlap_comm_kernels ORDER BY rank, start_ns, kernel_id;
 
