@@ -140,15 +140,17 @@ def test_without_sizes_distributions_remain():
     assert analysis.run_query(con, "transfer_by_pair").height == 3
 
 
-def test_single_rank_falls_back_to_kernel_duration():
+def test_single_rank_has_no_transfer_time():
+    """One rank: kernel durations include waiting for the ranks not seen, so no transfer time (single_rank)."""
     run = syn.make_latency_run(world_size=4, ranks_per_host=4, reps=1)
     run.ranks = run.ranks[:1]
     con = synth_db.build(run)
     tr = analysis.run_query(con, "comm_transfer")
-    assert set(tr["transfer_source"]) == {"kernel_duration"}
-    k = con.execute("SELECT sum(end_ns - start_ns) FROM kernels").fetchall()[0][0]
-    assert tr["transfer_ns"].sum() == k
-    assert set(analysis.run_query(con, "latency_model")["transfer_source"]) == {"kernel_duration"}
+    assert tr.height == len(run.ranks[0].kernels)
+    assert set(tr["transfer_source"]) == {"single_rank"}
+    assert tr["transfer_ns"].is_null().all()
+    k = sum(k.end_ns - k.start_ns for k in run.ranks[0].kernels)
+    assert con.execute("SELECT sum(max_duration_ns) FROM _skew_comm_instances").fetchall()[0][0] == k
 
 
 def test_one_size_falls_back_to_64kib():
