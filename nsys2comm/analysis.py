@@ -97,6 +97,9 @@ def macro_defaults(obj: catalog.CatalogObject) -> dict[str, str]:
     return {k: v.strip() for k, v in _SIGNATURE_ARG.findall(m.group(1))} if m else {}
 
 
+_MAX_COUNT = 1 << 53
+
+
 def _check_value(query: str, key: str, value, default: str | None, doc: str):
     """``value`` if it suits the parameter (converted where lossless), else a UsageError naming the parameter."""
     def bad(expected: str) -> UsageError:
@@ -107,8 +110,9 @@ def _check_value(query: str, key: str, value, default: str | None, doc: str):
     if re.fullmatch(r"\d+", default):  # an integer default: a count
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-            raise bad("a whole number >= 0")
+        # bounded so that the macro's arithmetic stays exact in DOUBLE and within BIGINT
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= _MAX_COUNT:
+            raise bad(f"a whole number from 0 to {_MAX_COUNT}")
         return int(value)
     if re.fullmatch(r"\d*\.\d+", default):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):

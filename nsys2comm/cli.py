@@ -23,7 +23,7 @@ from . import __version__, catalog
 from . import output as out_
 from .analysis import check_query, job_start_ns
 from .api import Job, ingest_dir, is_database, is_job_dir, parse_params, settle
-from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery, UsageError
+from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery, UsageError, printable
 from .limits import GZIP_CEILING_BYTES, GZIP_FLOOR_BYTES, GZIP_RATIO, MAX_EVENT_BYTES
 from .output import Format, TimeUnit
 
@@ -45,9 +45,42 @@ class _Command(TyperCommand):
         return _without_type_names(super().get_params(ctx))
 
 
+def _click_exceptions():
+    """click's exception classes: typer >= 0.2x carries its own copy of click, older ones use click itself."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older typer
+        from click import exceptions
+    return exceptions
+
+
 class _Group(TyperGroup):
     def get_params(self, ctx):
         return _without_type_names(super().get_params(ctx))
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        """A bad option value is one line like every other error, not a usage box (help for no arguments stays)."""
+        click = _click_exceptions()
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.NoArgsIsHelpError:
+            if not standalone_mode:
+                raise
+            return super().main(*args, standalone_mode=True, **kwargs)
+        except click.ClickException as e:
+            if not standalone_mode:
+                raise
+            where = e.ctx.command_path if isinstance(e, click.UsageError) and e.ctx else "nsys2comm"
+            out_.message(f"Error: {printable(e.format_message())} (see {where} --help)")
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            if not standalone_mode:
+                raise
+            out_.message("Interrupted.")
+            sys.exit(130)
+        if standalone_mode:
+            sys.exit(rv if isinstance(rv, int) else 0)
+        return rv
 
 
 app = typer.Typer(
@@ -117,6 +150,14 @@ LayoutOpt = Annotated[str | None, typer.Option(
     "--layout", metavar="SPEC", show_default=False,
     help="The parallel layout where the trace cannot tell it: tp=8,pp=4,dp=16,zero=1 (also cp, ep, "
          "sequence_parallel, micro_batches, recompute, pp_split). Process groups the trace names win.")]
+LinkGbpsOpt = Annotated[float | None, typer.Option(
+    "--link-gbps", metavar="GBPS", show_default=False,
+    help="Physical peak of a GPU's links per direction, GB/s (e.g. 450 for NVLink4): replaces the device table "
+         "(docs/device-peaks.md) in the bandwidth checks of groups on one host.")]
+NicGbpsOpt = Annotated[float | None, typer.Option(
+    "--nic-gbps", metavar="GBPS", show_default=False,
+    help="Network bandwidth of one host per direction, all its NICs, GB/s (e.g. 400 for 8 x 400 Gb/s): the peak "
+         "of groups that span hosts (traces do not record NIC speeds).")]
 
 
 def _stderr_tty() -> bool:
@@ -148,7 +189,8 @@ def _errors() -> Iterator[None]:
             out_.message(f"Error: {first} (check the SQL or the database; rerun with --debug for details)"
                          + _duckdb_detail(e))
         else:
-            out_.message(f"Error: {type(e).__name__}: {first} (rerun with --debug for the traceback, and report it)")
+            out_.message(f"Error: {type(e).__name__}: {printable(first)} (rerun with --debug for the traceback, and "
+                         "report it)")
         raise typer.Exit(EXIT_INPUT) from None
 
 
@@ -327,18 +369,19 @@ class _IngestReport:
 
     def on_file(self, res) -> None:
         self.counts[res.status] = self.counts.get(res.status, 0) + 1
+        path = printable(res.path)
         if res.status == "failed":
-            self.failed.append(res.message or res.path)
-            self.say(f"failed    {res.message or res.path}")
+            self.failed.append(printable(res.message) if res.message else path)
+            self.say(f"failed    {self.failed[-1]}")
         elif self.quiet:
             pass
         elif res.status == "ingested":
             ranks = ", ".join(map(str, res.ranks)) if res.ranks else "?"
-            self.say(f"ingested  {res.path} (rank{'s' if len(res.ranks) != 1 else ''} {ranks})")
+            self.say(f"ingested  {path} (rank{'s' if len(res.ranks) != 1 else ''} {ranks})")
         else:
-            self.say(f"skipped   {res.path}: {res.message or 'already ingested'}")
+            self.say(f"skipped   {path}: {res.message or 'already ingested'}")
         if self.progress is not None:
-            self.progress.update(self.task, advance=1, description=Path(res.path).name)
+            self.progress.update(self.task, advance=1, description=printable(Path(res.path).name))
 
     def stop(self) -> None:
         if self.progress is not None:
@@ -388,6 +431,8 @@ def summary(
                                                           "(its metric is not available).")] = False,
     model: ModelOpt = None,
     layout: LayoutOpt = None,
+    link_gbps: LinkGbpsOpt = None,
+    nic_gbps: NicGbpsOpt = None,
     scheduler: SchedulerOpt = None,
     dask_local: DaskLocalOpt = None,
 ) -> None:
@@ -417,6 +462,7 @@ def summary(
         volume_params(model, layout)  # usage errors before any work
         try:
             job = _open(sources, scheduler=scheduler, dask_local=dask_local)
+            job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
         except InputError as e:
             if json_:  # scripts get a valid document either way (never an empty file); the error still exits 1
                 out_.write_document(check_thresholds(empty_summary(e.line()), **limits))
@@ -554,6 +600,8 @@ def report(
              "section comparing this job with it (as 'nsys2comm diff BASE ...').")] = None,
     model: ModelOpt = None,
     layout: LayoutOpt = None,
+    link_gbps: LinkGbpsOpt = None,
+    nic_gbps: NicGbpsOpt = None,
     scheduler: SchedulerOpt = None,
     dask_local: DaskLocalOpt = None,
 ) -> None:
@@ -573,6 +621,7 @@ def report(
         base_job = _open([baseline]) if baseline is not None else None
         try:
             job = _open(sources, scheduler=scheduler, dask_local=dask_local)
+            job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
             path = job.report(output, png_dir=png_dir, svg_dir=svg_dir, baseline=base_job, model=model,
                               layout=layout)
             job.close()
@@ -598,6 +647,8 @@ def query(
     output: OutOpt = None,
     timeunit: TimeUnitOpt = None,
     relative: RelativeOpt = False,
+    link_gbps: LinkGbpsOpt = None,
+    nic_gbps: NicGbpsOpt = None,
     scheduler: SchedulerOpt = None,
     dask_local: DaskLocalOpt = None,
 ) -> None:
@@ -615,6 +666,7 @@ def query(
         out_.infer_format(fmt, output)  # usage errors before any work
         _check_query(name, params)
         job = _open(sources, scheduler=scheduler, dask_local=dask_local)
+        job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
         df = job.query(name, **params)
         _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative)
         job.close()
@@ -651,6 +703,8 @@ def sql(
     timeunit: TimeUnitOpt = None,
     relative: RelativeOpt = False,
     lock_timeout: LockOpt = 60.0,
+    link_gbps: LinkGbpsOpt = None,
+    nic_gbps: NicGbpsOpt = None,
 ) -> None:
     """Run SQL on a job database; prints the rows of the last statement. Read-only unless --write.
 
@@ -668,6 +722,7 @@ def sql(
                 raise UsageError("no SQL given", hint='pass it as an argument, or "-" to read it from stdin')
             text = sys.stdin.read()
         job = _open([source], write=write, lock_timeout=lock_timeout)
+        job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
         try:
             df = job.sql(text, write=write)
         except InputError as e:

@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
+# C0 and C1 controls, DEL included: a file name holding a newline, \r or an ANSI escape must not split the one line
+# or colour the terminal
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\n``, ``\\x1b``), for a line on a terminal."""
+    return _CONTROL.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), str(text))
+
 
 class Nsys2CommError(Exception):
     """Base class; ``exit_code`` is what the CLI exits with."""
@@ -13,8 +24,8 @@ class Nsys2CommError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        head = f"{self.path}: {self.what}" if self.path else self.what
-        return f"{head} ({self.hint})" if self.hint else head
+        head = f"{printable(self.path)}: {printable(self.what)}" if self.path else printable(self.what)
+        return f"{head} ({printable(self.hint)})" if self.hint else head
 
     def __reduce__(self):  # raised in a decoder process: arrives with its path and hint, not as one flat line
         return _rebuild, (type(self), self.__dict__)

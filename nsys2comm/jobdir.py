@@ -194,8 +194,9 @@ def _note_conflicts(con, snap: Snapshot) -> None:
                 "move the trace of the other job out of the directory")
             for r, paths in conflict_paths(con, snap).items()]
     values = ", ".join(f"(NULL, {r}, 'warning', 'rank_conflict', {catalog.sql_string(m)})" for r, m in rows)
-    con.execute(f"CREATE OR REPLACE TEMP VIEW ingest_notes AS SELECT * FROM "
-                f"({_source('ingest_notes', snap.paths('ingest_notes'))}) UNION ALL SELECT * FROM (VALUES {values}) AS c(file_id, rank, severity, code, message)")
+    stored = _source("ingest_notes", snap.paths("ingest_notes"))
+    con.execute(f"CREATE OR REPLACE TEMP VIEW ingest_notes AS SELECT * FROM ({stored}) UNION ALL "
+                f"SELECT * FROM (VALUES {values}) AS c(file_id, rank, severity, code, message)")
     catalog.comment_view(con, next(o for o in catalog.load_catalog() if o.name == "ingest_notes"))
 
 

@@ -239,6 +239,7 @@ class _Totals:
         tot.devices |= st.devices
         tot.n_events += st.n_events
         tot.n_negative_dur += st.n_negative_dur
+        tot.n_bad_ts += st.n_bad_ts
         for flag in ("float_ts", "int_ts", "kernel_coll_args", "kernel_pg_args", "kernel_p2p_args", "kernel_seq",
                      "driver", "invalid_utf8"):
             setattr(tot, flag, getattr(tot, flag) or getattr(st, flag))
@@ -520,6 +521,10 @@ def _files_batch(header: dict, trailer: dict, dist: dict, state: _State, base: i
     }))
 
 
+def _in_range(v: int | None, bits: int) -> int | None:
+    return v if v is not None and 0 <= v < (1 << bits) else None
+
+
 def _devices_batch(header: dict, trailer: dict, state: _State, rank: int) -> Batch:
     props = {}
     for p in header.get("deviceProperties") or trailer.get("deviceProperties") or []:
@@ -534,8 +539,9 @@ def _devices_batch(header: dict, trailer: dict, state: _State, rank: int) -> Bat
         "rank": pa.array([rank] * len(devs), pa.int32()),
         "device_id": pa.array(devs, pa.int32()),
         "name": pa.array(prop("name", _to_str), pa.string()),
-        "sm_count": pa.array(prop("numSms", _to_int), pa.int32()),
-        "total_memory_bytes": pa.array(prop("totalGlobalMem", _to_int), pa.int64()),
+        # a value no device has (beyond the column's range) is unknown, not a failed file
+        "sm_count": pa.array(prop("numSms", lambda v: _in_range(_to_int(v), 31)), pa.int32()),
+        "total_memory_bytes": pa.array(prop("totalGlobalMem", lambda v: _in_range(_to_int(v), 63)), pa.int64()),
     }))
 
 
@@ -546,6 +552,9 @@ def _notes(state: _State, ranks: Ranks, base: int | None, *, invalid_utf8: bool)
     if state.n_negative_dur:
         notes.append(("warning", "negative_dur", f"{state.n_negative_dur} events with a negative dur were dropped "
                       "(they place no interval on the timeline)"))
+    if state.n_bad_ts:
+        notes.append(("warning", "unreadable_ts", f"{state.n_bad_ts} events with a missing or non-numeric ts were "
+                      "dropped (nothing places them on the timeline)"))
     if invalid_utf8:
         notes.append(("warning", "invalid_utf8", "the trace holds bytes that are not UTF-8: they were read as U+FFFD "
                       "(names that hold them may not match other ranks)"))

@@ -39,7 +39,10 @@ _KIND = {
     "gpu_user_annotation": 7,
     "cpu_op": 8, "Operator": 8,
 }
-_COMM_CPU_PREFIX = ("record_param_comms", "c10d::", "nccl:", "gloo:", "ProfilerStep")
+# CPU ops that may describe a collective (kineto_comm_ops.sql): c10d ops, functional collectives (their group_size
+# argument) and SymmetricMemory ops (the input of a multimem/one-shot/two-shot all-reduce kernel)
+_COMM_CPU_PREFIX = ("record_param_comms", "c10d::", "nccl:", "gloo:", "ProfilerStep", "_c10d_functional::",
+                    "c10d_functional::", "symm_mem::")
 _COMM_ANNOTATION_PREFIX = ("nccl:", "gloo:")
 # the same rule as SQL is_comm_kernel_name (classify.sql); used only to decide which kernels get staged args
 _COMM_KERNEL_RE = re.compile(

@@ -99,8 +99,8 @@ def _not_kineto(path: Path) -> InputError:
 
 
 def _parse_header(head: bytes, path: Path) -> dict:
-    """head: bytes from the file start up to (not incl.) the "traceEvents" key."""
-    s = head.strip()
+    """head: bytes from the file start up to (not incl.) the "traceEvents" key (a UTF-8 BOM before it is allowed)."""
+    s = head.lstrip(_BOM_WS).strip()
     if not s.startswith(b"{"):
         raise _not_kineto(path)
     body = s[1:].rstrip()
@@ -122,6 +122,9 @@ def _parse_trailer(rest: bytes, path: Path) -> dict:
         s = b"{" + s
     else:
         raise InputError("is not valid JSON after the traceEvents array", path=str(path), hint=HINT_TRUNCATED)
+    if _TRACE_EVENTS_KEY.search(s):  # JSON readers disagree on which of two keys wins: refuse to guess
+        raise InputError("has two traceEvents arrays", path=str(path),
+                         hint="the file was written twice into one object; re-export the trace")
     try:
         obj = _decode_any.decode(s)
     except msgspec.DecodeError:

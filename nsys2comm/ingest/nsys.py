@@ -401,6 +401,10 @@ def _notes(counts: Counter) -> list[tuple[str, str, str]]:
     if counts["api_dropped"]:
         notes.append(("warning", "negative_durations", f"{counts['api_dropped']} CUDA API calls with end < start "
                       f"were not stored ({_RUNTIME}); kernels they launched lose their CPU link"))
+    if counts["no_runtime_table"] and counts["kernels"]:
+        notes.append(("warning", "no_cuda_runtime", f"the export has no CUDA runtime table ({_RUNTIME}): "
+                      f"{counts['kernels']} kernels have no launch, so launch delays, host-bound idle and queued work "
+                      "cannot be told apart; profile with --trace=cuda"))
     if counts["nvtx_dropped"]:
         notes.append(("warning", "negative_durations", f"{counts['nvtx_dropped']} NVTX ranges with end < start were "
                       f"not stored ({_NVTX})"))
@@ -554,6 +558,7 @@ def _api_calls(ex: _Export, ctx: _Placement, counts: Counter, rows) -> Iterator[
     rank_keys, 127 = not a rank) << 56 | TID << 32 | correlationId, and nameId << 8 | eventClass."""
     t = _RUNTIME
     if t not in ex.tables or not {"start", "end", "globalTid", "nameId"} <= ex.cols(t):
+        counts["no_runtime_table"] = 1
         return
     if len(ctx.rank_keys) > 126:
         raise InputError(f"has {len(ctx.rank_keys)} processes with GPU activity; at most 126 per report are "

@@ -1,0 +1,199 @@
+"""The bad-input corpus: every case ends in a one-line error that names the file and shows no exception class name,
+or is stored with an ingest note; and the rows already in the database are unchanged.
+
+Tier 3: inputs built here by code from a good synthetic trace, run through the CLI in this process.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fixtures.kineto_writer import write_kineto
+from fixtures.nsys_writer import write_nsys
+from fixtures.synthetic import make_run
+from nsys2comm import db as dbmod
+from nsys2comm.cli import app
+
+CLASS_NAME = re.compile(r"\b[A-Z]\w*(Error|Exception|Exc)\b|\bNeeds\w+|Traceback")
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("good")
+    kin = write_kineto(make_run(world_size=2, steps=1), d / "kineto")
+    (d / "nsys").mkdir()
+    nsys = write_nsys(make_run(world_size=2, steps=1, seed=3), d / "nsys" / "job.sqlite", "3.25.0")
+    base = d / "base.duckdb"
+    res = CliRunner().invoke(app, ["ingest", str(kin[1]), "--db", str(base), "-q", "--rank", "7"])
+    assert res.exit_code == 0, res.output
+    return {"kineto": kin[0], "nsys": nsys, "base": base}
+
+
+def _doc(good) -> dict:
+    return json.loads(Path(good["kineto"]).read_text())
+
+
+def _write(path: Path, doc_or_bytes) -> Path:
+    path.write_bytes(doc_or_bytes if isinstance(doc_or_bytes, bytes) else json.dumps(doc_or_bytes).encode())
+    return path
+
+
+def _kernel(doc: dict) -> dict:
+    return next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+
+
+def numeric_string_ts(good, tmp: Path) -> Path:
+    doc = _doc(good)
+    for e in doc["traceEvents"]:
+        if "ts" in e and isinstance(e["ts"], (int, float)):
+            e["ts"] = str(e["ts"])
+    return _write(tmp / "strts.json", doc)
+
+
+def bad_utf8_start(good, tmp: Path) -> Path:
+    return _write(tmp / "badutf8.json", b"\xff\xfe\xfa" + Path(good["kineto"]).read_bytes())
+
+
+def huge_device_property(good, tmp: Path) -> Path:
+    doc = _doc(good)
+    doc.setdefault("deviceProperties", [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}])
+    for p in doc["deviceProperties"]:
+        p["totalGlobalMem"] = 1 << 70
+        p["numSms"] = 1099511627776
+    return _write(tmp / "bigprop.json", doc)
+
+
+def ts_abc(good, tmp: Path) -> Path:
+    doc = _doc(good)
+    _kernel(doc)["ts"] = "abc"
+    return _write(tmp / "tsabc.json", doc)
+
+
+def utf8_bom(good, tmp: Path) -> Path:
+    return _write(tmp / "bom.json", b"\xef\xbb\xbf" + Path(good["kineto"]).read_bytes())
+
+
+def duplicate_trace_events(good, tmp: Path) -> Path:
+    text = Path(good["kineto"]).read_text()
+    return _write(tmp / "dupkey.json", ('{"traceEvents": [], ' + text.lstrip()[1:]).encode())
+
+
+def nested_trace_events(good, tmp: Path) -> Path:
+    doc = _doc(good)
+    return _write(tmp / "nested.json", {"header": {"traceEvents": doc["traceEvents"]}, "schemaVersion": 1})
+
+
+def control_chars_in_name(good, tmp: Path) -> Path:
+    return _write(tmp / "evil\n\r\x1b[31mname.json", b"{not json")
+
+
+def nsys_without_runtime(good, tmp: Path) -> Path:
+    out = tmp / "noruntime.sqlite"
+    out.write_bytes(Path(good["nsys"]).read_bytes())
+    con = sqlite3.connect(out)
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    con.commit()
+    con.close()
+    return out
+
+
+def truncated_gzip(good, tmp: Path) -> Path:
+    data = gzip.compress(Path(good["kineto"]).read_bytes())
+    return _write(tmp / "cut.json.gz", data[: len(data) // 2])
+
+
+def empty_file(good, tmp: Path) -> Path:
+    return _write(tmp / "empty.json", b"")
+
+
+# (builder, "refused" | "noted:<code>" (stored, with a warning of that code) | "stored")
+CASES: list[tuple[Callable, str]] = [
+    (numeric_string_ts, "stored"),
+    (bad_utf8_start, "refused"),
+    (huge_device_property, "stored"),
+    (ts_abc, "noted:unreadable_ts"),
+    (utf8_bom, "stored"),
+    (duplicate_trace_events, "refused"),
+    (nested_trace_events, "refused"),
+    (control_chars_in_name, "refused"),
+    (nsys_without_runtime, "noted:no_cuda_runtime"),
+    (truncated_gzip, "refused"),
+    (empty_file, "refused"),
+]
+
+
+def _counts(path: Path) -> dict[str, int]:
+    con = dbmod.connect(str(path))
+    try:
+        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("files", "kernels", "comm_ops")}
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(("build", "expect"), CASES, ids=[c[0].__name__ for c in CASES])
+def test_bad_input(good, tmp_path, build, expect):
+    path = build(good, tmp_path)
+    target = tmp_path / "job.duckdb"
+    target.write_bytes(good["base"].read_bytes())
+    before = _counts(target)
+    res = CliRunner().invoke(app, ["ingest", str(path), "--db", str(target), "-q"])
+    err = res.output
+    assert not CLASS_NAME.search(err), err
+    assert "\x1b" not in err and "\r" not in err
+    after = _counts(target)
+    if expect == "refused":
+        assert res.exit_code != 0, err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        errors = [ln for ln in lines if ln.startswith("Error:") or ln.startswith("  ")]
+        assert errors, err
+        assert any(path.name.encode("unicode_escape").decode() in ln or path.name in ln for ln in lines), err
+        assert after == before
+        return
+    assert res.exit_code == 0, err
+    assert after["files"] == before["files"] + 1
+    assert after["kernels"] > before["kernels"]
+    if expect.startswith("noted:"):
+        con = dbmod.connect(str(target))
+        try:
+            notes = con.execute("SELECT count(*) FROM ingest_notes n JOIN files f USING (file_id) "
+                                "WHERE f.path LIKE ? AND n.severity = 'warning' AND n.code = ?",
+                                [f"%{path.name}", expect.split(":")[1]]).fetchone()[0]
+        finally:
+            con.close()
+        assert notes >= 1
+
+
+@pytest.mark.parametrize("args", [["--jobs", "0"], ["--max-event-mb", "-1"]])
+def test_bad_option_values_give_one_line(good, tmp_path, args):
+    res = CliRunner().invoke(app, ["ingest", str(good["kineto"]), "--db", str(tmp_path / "x.duckdb"), *args])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.output
+    assert "╭" not in res.output
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999999", "1e308"])
+def test_out_of_range_parameters_give_the_usual_parameter_error(good, value):
+    res = CliRunner().invoke(app, ["query", str(good["base"]), "step_timeline", "-p", f"max_segments={value}"])
+    assert res.exit_code == 2, res.output
+    assert "Conversion Error" not in res.output and not CLASS_NAME.search(res.output), res.output
+
+
+def test_numeric_string_timestamps_are_stored_exactly(good, tmp_path):
+    from nsys2comm.ingest import ingest
+
+    def spans(path):
+        con = dbmod.connect(None)
+        ingest(con, [path], jobs=1)
+        return con.execute("SELECT start_ns, end_ns, name FROM kernels ORDER BY ALL").fetchall()
+
+    want = spans(good["kineto"])
+    assert want and spans(numeric_string_ts(good, tmp_path)) == want
