@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import gzip
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -429,11 +430,23 @@ def _shape_elems(name: str, a: dict) -> tuple[int, int] | None:
     return n, picked[0][1]
 
 
+def _io_group(x: dict) -> int | None:
+    """Group size from a c10d (output, input) op's 'Input Dims' (c10d/Ops.cpp: _allgather_base_(output, input, ...)
+    gathers group x input into output; _reduce_scatter_base_(output, input, ...) the reverse)."""
+    order = {"c10d::_allgather_base_": (0, 1), "c10d::_reduce_scatter_base_": (1, 0)}.get(x["name"])
+    dims = x.get("args", {}).get("Input Dims")
+    if order is None or not dims or len(dims) < 2 or not dims[0] or not dims[1]:
+        return None
+    big, small = (math.prod(dims[i]) for i in order)
+    return big // small if small and big % small == 0 else None
+
+
 def _recorded(doc: dict) -> dict:
-    """Per communication kernel (correlation id): the collective, message bytes and group size the file records,
-    read straight from the JSON: kernel args first, else the innermost range enclosing the launch that carries a
-    shape (nccl:*, record_param_comms, c10d::*); the group from kernel args, distributedInfo.pg_config, or (only
-    the default group) the world size."""
+    """Per communication kernel (correlation id): the collective, message bytes, group size and its source that the
+    file records, read straight from the JSON: kernel args first, else the innermost range enclosing the launch that
+    carries a shape (nccl:*, record_param_comms, c10d::*); the group from kernel args, distributedInfo.pg_config, the
+    output/input ratio of an enclosing c10d::_allgather_base_/_reduce_scatter_base_, or (only when the file shows no
+    other group: no group named but the default, no ratio other than the world size) the assumed world size."""
     ev = doc["traceEvents"]
     dist = doc.get("distributedInfo", {})
     world = dist.get("world_size")
@@ -442,7 +455,7 @@ def _recorded(doc: dict) -> dict:
                 if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
     ranges = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op")
               and (e["name"].startswith(("nccl:", "c10d::")) or e["name"] == "record_param_comms")]
-    out = {}
+    out, shaped = {}, {}
     for k in ev:
         if k.get("cat") != "kernel" or not COMM_RE.search(k["name"]):
             continue
@@ -450,8 +463,9 @@ def _recorded(doc: dict) -> dict:
         if "Collective name" in a:
             c = ARG_COLL[a["Collective name"]]
             n = a["In msg nelems"] if c != "all_gather" else a["Out msg nelems"]
+            src = "kernel_args" if "Group size" in a else "pg_config"
             gs = a.get("Group size", pg_sizes.get(str(a.get("Process Group Name"))))
-            out[a["correlation"]] = (c, n * DTYPE_SIZE[a["dtype"]], gs)
+            out[a["correlation"]] = (c, n * DTYPE_SIZE[a["dtype"]], gs, src)
             continue
         launch = launches[a["correlation"]]
         enclosing = sorted((x for x in ranges if x["tid"] == launch["tid"] and x["pid"] == launch["pid"]
@@ -459,12 +473,15 @@ def _recorded(doc: dict) -> dict:
                            key=lambda x: (-x["ts"], x["dur"]))  # innermost first
         coll = next(ANNOTATION_COLL[x["name"]] for x in enclosing if x["name"] in ANNOTATION_COLL)
         shape = next((s for s in (_shape_elems(x["name"], x.get("args", {})) for x in enclosing) if s), None)
-        gs = world if len(pg_sizes) <= 1 else None
-        if shape is None:
-            out[a["correlation"]] = (coll, None, gs)
-            continue
-        n, size = shape
-        out[a["correlation"]] = (coll, n * size * (gs if coll == "all_gather" else 1), gs)
+        ratio = next((g for g in map(_io_group, enclosing) if g), None)
+        shaped[a["correlation"]] = (coll, shape, ratio)
+    # the world size is assumed only where the file shows no group but the default one
+    only_default = len(pg_sizes) <= 1 and all(r in (None, world) for _, _, r in shaped.values())
+    for corr, (coll, shape, ratio) in shaped.items():
+        gs, src = (ratio, "io_ratio") if ratio else (world, "assumed_world_size") if only_default else (None, None)
+        m = None if shape is None or (coll == "all_gather" and gs is None) else \
+            shape[0] * shape[1] * (gs if coll == "all_gather" else 1)
+        out[corr] = (coll, m, gs, src)
     return out
 
 
@@ -478,14 +495,20 @@ def test_shared_traces_every_recorded_size_found(shared_traces, dataset):
     res = ingest(con, paths, jobs=1)
     for r, path in zip(res, paths, strict=False):
         exp = _recorded(_load(path))
-        got = {corr: (c, m, g) for corr, c, m, g in con.execute(
-            "SELECT k.correlation_id, o.collective, o.msg_bytes, o.group_size FROM comm_ops o "
+        got = {corr: (c, m, g, src) for corr, c, m, g, src in con.execute(
+            "SELECT k.correlation_id, o.collective, o.msg_bytes, o.group_size, o.group_source FROM comm_ops o "
             "JOIN kernels k USING (kernel_id) WHERE o.file_id = ?", [r.file_id]).fetchall()}
         assert got == exp, path.name
         if dataset == "hta_df_index_resolver":  # the file records no shapes: none may be invented
-            assert all(m is None for _, m, _ in got.values())
+            assert all(m is None for _, m, _, _ in got.values())
         else:
-            assert all(m is not None for _, m, _ in got.values())
+            assert all(m is not None for _, m, _, _ in got.values())
+        if dataset == "hta_trace_filter_2rank":
+            # c10d::_allgather_base_ records [[1073741824], [16777216]]: a group of 64 in this 128-rank job, so the
+            # all_gathers carry 64 (not the world size) and nothing else is assumed to span the world
+            ag = {v for v in got.values() if v[0] == "all_gather"}
+            assert ag == {("all_gather", 1073741824, 64, "io_ratio")}
+            assert {v[3] for v in got.values() if v[0] != "all_gather"} == {None}
 
 
 def test_decoders_start_early_only_where_the_ingest_uses_them(tmp_path, monkeypatch):

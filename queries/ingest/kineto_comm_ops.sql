@@ -8,10 +8,19 @@
 --      nccl:*/gloo:* annotations, record_param_comms, c10d::* ops).
 -- A candidate carries a size when it has 'In/Out msg nelems' (PyTorch >= 2.2) or, failing that, an 'Input Dims'
 -- shape whose 'Input type' is a known dtype (record_shapes=True). What a shape means depends on who recorded it
--- (see _kineto_input_shape). The group comes from the candidates, then from distributedInfo.pg_config
--- (process_groups), then, for an operation with no recorded group when the file shows no group other than the
--- default one, from the world size: group_source 'assumed_world_size' (never counted as a recorded value).
--- Sizes follow comm_ops' nccl-tests convention; an all_gather size from a shape needs the group size.
+-- (see _ingest_kineto_input_elems). The group size comes, first match wins, from:
+--   1. the candidates' 'Group size', else the length of a complete 'Process Group Ranks' list (PyTorch < 2.7
+--      truncates lists over 30 ranks to '[r0, ..., r28, ..., rN]', which counts as no list), else a functional
+--      collective's group_size argument ('Concrete Inputs'); group_source = the candidate's source;
+--   2. distributedInfo.pg_config (process_groups) for the group the operation names: 'pg_config';
+--   3. the output/input element ratio of an enclosing op that records both tensors (c10d::_allgather_base_,
+--      c10d::_reduce_scatter_base_, ..., see _ingest_kineto_io_group): 'io_ratio';
+--   4. the template argument k_world_size of a SymmetricMemory one-/two-shot kernel (kernel_name_group_size):
+--      'kernel_name';
+--   5. only when the file shows no group other than the default one (no group named but '0', and no size found
+--      above other than the world size), the world size: 'assumed_world_size', an assumption, never a recorded
+--      value. Otherwise NULL.
+-- Sizes follow comm_ops' nccl-tests convention; an all_gather size from a shape is its input times the group size.
 
 -- @macro _ingest_kineto_tensor_elems
 -- Per argument of an 'Input Dims'/'Input type' pair: the tensor's element count when the argument is a tensor of
@@ -28,8 +37,9 @@ CREATE OR REPLACE MACRO _ingest_kineto_tensor_elems(dims, types) AS
 -- Elements of the input tensor(s) that an 'Input Dims'/'Input type' pair records, or NULL when it records no
 -- tensor with a known dtype. nccl:*/gloo:* ranges list the collective's input tensors (ProcessGroupNCCL's
 -- record function takes `inputs`): their elements are summed. record_param_comms (PyTorch < 2.2) lists the
--- input tensor first. c10d::_allgather_base_, _reduce_scatter_base_ and alltoall_base_ take (output, input):
--- the input is argument 1; other c10d ops take a TensorList first, which records no shape.
+-- input tensor first. c10d::_allgather_base_, _reduce_scatter_base_ and alltoall_base_ take (output, input)
+-- (c10d/Ops.cpp): the input is argument 2; other c10d ops take a TensorList first, which records no shape.
+-- Functional collectives (_c10d_functional::*) and SymmetricMemory ops (symm_mem::*) take the input first.
 -- @param name: Range name.
 -- @param dims: 'Input Dims' as BIGINT[][] (NULL when absent or nested deeper).
 -- @param types: 'Input type' as VARCHAR[].
@@ -39,6 +49,44 @@ CREATE OR REPLACE MACRO _ingest_kineto_input_elems(name, dims, types) AS
     WHEN name IN ('c10d::_allgather_base_', 'c10d::_reduce_scatter_base_', 'c10d::alltoall_base_')
       THEN _ingest_kineto_tensor_elems(dims, types)[2]
     ELSE _ingest_kineto_tensor_elems(dims, types)[1] END;
+
+-- @macro _ingest_kineto_io_group
+-- Group size from the output/input element ratio of an op that records both tensors, where the schema fixes it:
+-- all_gather output = input x group, reduce_scatter input = output x group. Argument positions, from the op
+-- schemas (c10d/Ops.cpp, c10d/Functional.cpp, symm_mem/SymmetricMemory.cpp): c10d::_allgather_base_(output,
+-- input, ...), c10d::_reduce_scatter_base_(output, input, ...), _c10d_functional::all_gather_into_tensor_out(input,
+-- group_size, group_name, out), symm_mem::multimem_all_gather_out(input, group_name, out),
+-- symm_mem::reduce_scatter_out(input, group_name, split_last_dim, output). NULL for other ops, unknown shapes, an
+-- empty tensor or a ratio that is not a whole number.
+-- @param name: Range name.
+-- @param dims: 'Input Dims' as BIGINT[][].
+-- @param types: 'Input type' as VARCHAR[].
+CREATE OR REPLACE MACRO _ingest_kineto_io_group(name, dims, types) AS
+  list_transform([CASE name WHEN 'c10d::_allgather_base_' THEN [1, 2] WHEN 'c10d::_reduce_scatter_base_' THEN [2, 1]
+                            WHEN '_c10d_functional::all_gather_into_tensor_out' THEN [4, 1]
+                            WHEN 'symm_mem::multimem_all_gather_out' THEN [3, 1]
+                            WHEN 'symm_mem::reduce_scatter_out' THEN [1, 4] END],
+    -- [bigger, smaller] argument positions; e = the tensors' element counts
+    lambda pos: list_transform([_ingest_kineto_tensor_elems(dims, types)], lambda e:
+      CASE WHEN pos IS NOT NULL AND e[pos[2]] > 0 AND e[pos[1]] % e[pos[2]] = 0
+           THEN (e[pos[1]] // e[pos[2]])::INTEGER END)[1])[1];
+
+-- @macro _ingest_kineto_arg_group
+-- A functional collective's group_size argument, from 'Concrete Inputs' (scalar arguments as text, '' for the
+-- others). Positions from the op schemas: _c10d_functional::all_gather_into_tensor[_out|_coalesced](input(s),
+-- group_size, group_name) -> 2; _c10d_functional::reduce_scatter_tensor[_coalesced](input(s), reduce_op,
+-- group_size, group_name) -> 3; the legacy c10d_functional::all_gather_into_tensor[_coalesced](shard, tag, ranks,
+-- group_size) -> 4 and all_reduce[_coalesced]/reduce_scatter_tensor[_coalesced](input, reduceOp, tag, ranks,
+-- group_size) -> 5. NULL otherwise or when not a positive integer.
+-- @param name: Range name.
+-- @param concrete: 'Concrete Inputs' as VARCHAR[].
+CREATE OR REPLACE MACRO _ingest_kineto_arg_group(name, concrete) AS
+  nullif(greatest(TRY_CAST(concrete[CASE
+    WHEN name LIKE '\_c10d\_functional::all\_gather\_into\_tensor%' ESCAPE '\' THEN 2
+    WHEN name LIKE '\_c10d\_functional::reduce\_scatter\_tensor%' ESCAPE '\' THEN 3
+    WHEN name LIKE 'c10d\_functional::all\_gather\_into\_tensor%' ESCAPE '\' THEN 4
+    WHEN name LIKE 'c10d\_functional::all\_reduce%' ESCAPE '\'
+      OR name LIKE 'c10d\_functional::reduce\_scatter\_tensor%' ESCAPE '\' THEN 5 END] AS INTEGER), 0), 0);
 
 -- @macro _ingest_kineto_input_dtype
 -- Canonical dtype of the tensor(s) _ingest_kineto_input_elems counted: the first recorded tensor type for nccl:*/gloo:*
@@ -71,10 +119,11 @@ CREATE OR REPLACE MACRO _ingest_kineto_input_dtype(name, types) AS
 -- @column nelems_dtype: Canonical 'dtype'.
 -- @column shape_n: Input elements from 'Input Dims' (_ingest_kineto_input_elems).
 -- @column shape_dtype: Their dtype (_ingest_kineto_input_dtype).
--- @column group_size: 'Group size'.
+-- @column group_size: 'Group size', else a functional collective's group_size argument (_ingest_kineto_arg_group).
+-- @column io_group: Group size from the op's output/input ratio (_ingest_kineto_io_group).
 -- @column pg_name: 'Process Group Name' (the importer renames PyTorch 2.2's 'Process Group ID').
 -- @column pg_desc: 'Process Group Description'.
--- @column pg_ranks: 'Process Group Ranks' (a JSON string or array).
+-- @column pg_ranks: 'Process Group Ranks' (a JSON string or array); NULL when truncated ('...').
 -- @column src_rank: 'Src Rank'.
 -- @column dst_rank: 'Dst Rank'.
 -- @column seq: 'Seq'.
@@ -87,11 +136,13 @@ WITH r AS (  -- args parsed once per row into the fields read below (each a->>'k
          json_transform(args, '{"Collective name": "JSON", "In msg nelems": "JSON", "Out msg nelems": "JSON", "dtype": "JSON",
            "Input Dims": "JSON", "Input type": "JSON", "Group size": "JSON", "Process Group Name": "JSON",
            "Process Group Description": "JSON", "Process Group Ranks": "JSON", "Src Rank": "JSON",
-           "Dst Rank": "JSON", "Seq": "JSON", "Comms Id": "JSON", "External id": "JSON", "correlation": "JSON"}') AS a
+           "Dst Rank": "JSON", "Seq": "JSON", "Comms Id": "JSON", "External id": "JSON", "correlation": "JSON",
+           "Concrete Inputs": "JSON"}') AS a
   FROM cpu_ranges
   WHERE file_id = fid AND kind IN ('_kernel_args', 'cpu_op', 'user_annotation')
     AND (kind = '_kernel_args' OR name = 'record_param_comms' OR name LIKE 'nccl:%' OR name LIKE 'gloo:%'
-         OR name LIKE 'c10d::%')
+         OR name LIKE 'c10d::%' OR name LIKE '_c10d_functional::%' OR name LIKE 'c10d_functional::%'
+         OR name LIKE 'symm_mem::%')
 )
 SELECT range_id, kind, name, pid, tid, start_ns, end_ns,
   coalesce(canonical_collective(a."Collective name"->>'$'),
@@ -103,12 +154,17 @@ SELECT range_id, kind, name, pid, tid, start_ns, end_ns,
   _ingest_kineto_input_elems(name, TRY_CAST(a."Input Dims" AS BIGINT[][]), TRY_CAST(a."Input type" AS VARCHAR[]))
     AS shape_n,
   _ingest_kineto_input_dtype(name, TRY_CAST(a."Input type" AS VARCHAR[])) AS shape_dtype,
-  TRY_CAST(a."Group size"->>'$' AS INTEGER) AS group_size,
+  coalesce(TRY_CAST(a."Group size"->>'$' AS INTEGER),
+           _ingest_kineto_arg_group(name, TRY_CAST(a."Concrete Inputs" AS VARCHAR[]))) AS group_size,
+  _ingest_kineto_io_group(name, TRY_CAST(a."Input Dims" AS BIGINT[][]), TRY_CAST(a."Input type" AS VARCHAR[]))
+    AS io_group,
   a."Process Group Name"->>'$' AS pg_name,
   a."Process Group Description"->>'$' AS pg_desc,
-  nullif(CASE WHEN json_type(a."Process Group Ranks") = 'VARCHAR'
-              THEN TRY_CAST(a."Process Group Ranks"->>'$' AS INTEGER[])
-              ELSE TRY_CAST(a."Process Group Ranks" AS INTEGER[]) END, []::INTEGER[]) AS pg_ranks,
+  list_transform([CASE WHEN json_type(a."Process Group Ranks") = 'VARCHAR'
+                        THEN TRY_CAST(a."Process Group Ranks"->>'$' AS INTEGER[])
+                        ELSE TRY_CAST(a."Process Group Ranks" AS INTEGER[]) END],
+    -- '[0, 1, ..., 127]' casts to [0, 1, NULL, 127]: a truncated list is no list
+    lambda l: CASE WHEN len(l) > 0 AND list_count(l) = len(l) THEN l END)[1] AS pg_ranks,
   TRY_CAST(a."Src Rank"->>'$' AS INTEGER) AS src_rank,
   TRY_CAST(a."Dst Rank"->>'$' AS INTEGER) AS dst_rank,
   TRY_CAST(a.Seq->>'$' AS BIGINT) AS seq,
@@ -196,7 +252,7 @@ CREATE OR REPLACE MACRO _ingest_kineto_comm_ops(fid, records, chain) AS TABLE
 WITH rec AS (
   SELECT * FROM query_table(records)
 ), ck AS (
-  SELECT kernel_id, rank, short_name, (kernel_id & ((1::BIGINT << 40) - 1)) AS kidx
+  SELECT kernel_id, rank, name, (kernel_id & ((1::BIGINT << 40) - 1)) AS kidx
   FROM kernels WHERE file_id = fid AND kernel_class = 'communication'
 ), xrpc AS (  -- record_param_comms by External id (the latest one when an id repeats)
   SELECT * FROM rec WHERE name = 'record_param_comms' AND NOT is_wait AND ext_id IS NOT NULL
@@ -229,6 +285,7 @@ WITH rec AS (
     arg_min(shape_n, ord) FILTER (WHERE size_kind IS NOT NULL) AS shape_n0,
     arg_min(src, ord) FILTER (WHERE group_size IS NOT NULL OR pg_ranks IS NOT NULL) AS gsrc,
     arg_min(coalesce(group_size, len(pg_ranks)), ord) FILTER (WHERE group_size IS NOT NULL OR pg_ranks IS NOT NULL) AS gs0,
+    arg_min(io_group, ord) FILTER (WHERE io_group IS NOT NULL) AS gs_io,
     arg_min(pg_name, ord) FILTER (WHERE pg_name IS NOT NULL) AS pg_name,
     arg_min(pg_desc, ord) FILTER (WHERE pg_desc IS NOT NULL) AS pg_desc,
     arg_min(pg_ranks, ord) FILTER (WHERE pg_ranks IS NOT NULL) AS pgr0,
@@ -238,28 +295,38 @@ WITH rec AS (
     arg_min(seq, ord) FILTER (WHERE seq IS NOT NULL) AS seq,
     arg_min(comm_id, ord) FILTER (WHERE comm_id IS NOT NULL) AS comm_id
   FROM sized GROUP BY kernel_id
+), nk AS (  -- what the kernel's name says about its group (SymmetricMemory one-/two-shot kernels)
+  SELECT kernel_id, kernel_name_group_size(name) AS gs_name FROM kernels WHERE file_id = fid AND kernel_class = 'communication'
 ), pg AS (
   SELECT pg_name, any_value(group_size) AS group_size, any_value(pg_desc) AS pg_desc, any_value(pg_ranks) AS pg_ranks
   FROM process_groups WHERE file_id = fid GROUP BY pg_name
-), job AS (  -- does the file show any group but the default one? Its world size and default group otherwise
+), w AS (
   SELECT (SELECT world_size FROM ranks WHERE file_id = fid LIMIT 1) AS world_size,
-         (SELECT group_size FROM process_groups WHERE file_id = fid AND pg_name = '0' LIMIT 1) AS default_size,
+         (SELECT group_size FROM process_groups WHERE file_id = fid AND pg_name = '0' LIMIT 1) AS default_size
+), job AS (  -- does the file show any group but the default one (by name, or by a size other than the world's)?
+  SELECT w.*,
          (SELECT count(*) FROM (SELECT pg_name FROM pick WHERE pg_name IS NOT NULL AND pg_name <> '0'
-                                UNION ALL SELECT pg_name FROM process_groups WHERE file_id = fid AND pg_name <> '0'))
+                                UNION ALL SELECT pg_name FROM process_groups WHERE file_id = fid AND pg_name <> '0'
+                                UNION ALL SELECT 'size' FROM pick p LEFT JOIN nk USING (kernel_id)
+                                  WHERE coalesce(p.gs0, p.gs_io, nk.gs_name) <> coalesce(w.default_size, w.world_size)))
            = 0 AS only_default
+  FROM w
 ), b AS (
   SELECT ck.kernel_id, ck.rank, p.*,
-    coalesce(p.coll, kernel_name_collective(ck.short_name), 'unknown') AS collective,
+    coalesce(p.coll, kernel_name_collective(ck.name), 'unknown') AS collective,
     CASE WHEN p.coll IS NOT NULL THEN p.coll_src ELSE 'kernel_name' END AS collective_source,
-    coalesce(p.gs0, pg.group_size, CASE WHEN job.only_default AND coalesce(p.pg_name, '0') = '0'
-                                        THEN coalesce(job.default_size, job.world_size) END) AS group_size,
+    coalesce(p.gs0, pg.group_size, p.gs_io, nk.gs_name,
+             CASE WHEN job.only_default AND coalesce(p.pg_name, '0') = '0'
+                  THEN coalesce(job.default_size, job.world_size) END) AS group_size,
     CASE WHEN p.gs0 IS NOT NULL THEN p.gsrc WHEN pg.group_size IS NOT NULL THEN 'pg_config'
+         WHEN p.gs_io IS NOT NULL THEN 'io_ratio' WHEN nk.gs_name IS NOT NULL THEN 'kernel_name'
          WHEN job.only_default AND coalesce(p.pg_name, '0') = '0' AND coalesce(job.default_size, job.world_size) IS NOT NULL
            THEN 'assumed_world_size' END AS group_source,
     coalesce(p.pg_desc, pg.pg_desc) AS pg_desc2,
     coalesce(p.pgr0, pg.pg_ranks) AS pg_ranks,
     dtype_bytes(p.dtype) AS db
-  FROM ck LEFT JOIN pick p USING (kernel_id) LEFT JOIN pg ON pg.pg_name = p.pg_name CROSS JOIN job
+  FROM ck LEFT JOIN pick p USING (kernel_id) LEFT JOIN nk USING (kernel_id) LEFT JOIN pg ON pg.pg_name = p.pg_name
+  CROSS JOIN job
 ), z AS (  -- bytes per collective: a shape is the op's input tensor(s)
   SELECT *,
     CASE WHEN size_kind = 'nelems' THEN in_n0 * db

@@ -131,7 +131,7 @@ ORDER BY d.range_id;
 CREATE OR REPLACE MACRO _ingest_nsys_comm_ops(fid) AS TABLE
 WITH ck AS (  -- communication kernels, with what their names say
   SELECT kernel_id, rank, correlation_id,
-         kernel_name_collective(short_name) AS name_coll,
+         kernel_name_collective(name) AS name_coll,
          canonical_dtype(regexp_extract(short_name,
            '_(?:Sum|Prod|MinMax|Max|Min|Avg|PreMulSum|SumPostDiv)_([A-Za-z0-9_]+?)(?:_(?:RING|TREE|COLLNET|NVLS|PAT)[A-Za-z0-9_]*)?$', 1)) AS name_dtype
   FROM kernels WHERE file_id = fid AND kernel_class = 'communication'

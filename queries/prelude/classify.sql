@@ -114,9 +114,11 @@ CREATE OR REPLACE MACRO _prelude_kernel_class_subject(name) AS
 --   3. 'compute', before the rules below read op words in their names: Inductor pointwise and reduction
 --      kernels ('triton_poi_', 'triton_red_', 'triton_per_': 'triton_poi_fused_addmm_0' is a bias add) and
 --      KV-cache writes ('reshape_and_cache*', 'concat_and_cache*': 'reshape_and_cache_flash' is not attention);
---   4. 'convolution': cuDNN/CUTLASS/MIOpen/Inductor convolutions, including implicit-GEMM ones: 'conv' (not
---      'convert'), 'convolve', 'fprop', 'dgrad', 'wgrad', 'winograd', 'scudnn', 'implicit_gemm',
---      MIOpen 'igemm_fwd|bwd|wrw'. A class of their own, so that "overlap with GEMMs" counts matrix
+--   4. 'convolution': cuDNN/CUTLASS/MIOpen/CK/Inductor convolutions, including implicit-GEMM ones: 'conv' (not
+--      'convert'), 'convolve', 'fprop', 'dgrad', 'wgrad', 'winograd', 'scudnn', 'implicit_gemm', MIOpen iGEMM
+--      'igemm_*' as a word ('igemm_fwd_gtcx', 'igemm_v4r1_dynamic_wrw'), CK's GEMM kernels of a convolution's
+--      backward pass ('kernel_batched_gemm_xdlops_bwd_weight': 'gemm', 'xdlops', 'xdl' or 'wmma' followed by
+--      '_bwd_weight' or '_bwd_data'). A class of their own, so that "overlap with GEMMs" counts matrix
 --      multiplies only; they remain computation;
 --   5. 'attention': 'flash' (not 'flashinfer'), 'fmha', 'mha', 'attention', 'attn', 'sdpa', 'softmax_gemm'
 --      (CK fused attention), 'paged_decode', FlashInfer '...With{Paged,Ragged}KVCache', 'SinglePrefill',
@@ -133,8 +135,8 @@ CREATE OR REPLACE MACRO kernel_class(name) AS
     ELSE list_transform([_prelude_kernel_class_subject(name)], lambda s: CASE
       WHEN regexp_matches(s, '^\s*(Memcpy|Memset|memcpy|memset)|^(hip|cuda)Mem(cpy|set)|__amd_rocclr_(copy|fill)') THEN 'memory'
       WHEN regexp_matches(s, '^triton_(poi|red|per)_|reshape_and_cache|concat_and_cache', 'i') THEN 'compute'
-      WHEN regexp_matches(s, 'conv([^e]|$)|convolve|fprop|dgrad|wgrad|winograd|scudnn|implicit_?gemm|igemm_(fwd|bwd|wrw)',
-                          'i') THEN 'convolution'
+      WHEN regexp_matches(s, 'conv([^e]|$)|convolve|fprop|dgrad|wgrad|winograd|scudnn|implicit_?gemm|(^|[^a-z0-9])igemm_'
+                             '|(gemm|xdlops|xdl|wmma)[a-z0-9_]*_bwd_(weight|data)', 'i') THEN 'convolution'
       WHEN regexp_matches(s, 'flash([^i]|$)|fmha|(^|[^a-z])mha([^a-z]|$)|attention|attn|sdpa|softmax_gemm|paged_decode'
                              '|with(paged|ragged)kvcache|singleprefill|singledecode', 'i') THEN 'attention'
       WHEN regexp_matches(replace(lower(s), 'fbgemm', ''),
@@ -150,10 +152,15 @@ CREATE OR REPLACE MACRO is_computation_class(kernel_class) AS kernel_class IN ('
 
 -- @macro canonical_collective
 -- Maps a collective name as traces spell it (PyTorch 'Collective name', c10d op, 'nccl:' annotation,
--- NCCL API or kernel token) to the canonical name used in comm_ops.collective, or NULL when unknown.
+-- NCCL API or kernel token, functional collective '_c10d_functional::all_gather_into_tensor_out',
+-- SymmetricMemory op 'symm_mem::two_shot_all_reduce_') to the canonical name used in comm_ops.collective, or NULL
+-- when unknown. SymmetricMemory's algorithm words ('multimem_', 'one_shot_', 'two_shot_') and the '_copy'/'_out'
+-- variants name no other operation and are dropped.
 -- @param s: Collective name in any known spelling.
 CREATE OR REPLACE MACRO canonical_collective(s) AS
-  CASE regexp_replace(regexp_replace(lower(coalesce(s, '')), '^(nccl:|gloo:|c10d::|nccl|rccl)', ''), '[^a-z]', '', 'g')
+  CASE regexp_replace(regexp_replace(regexp_replace(lower(coalesce(s, '')),
+         '^(nccl:|gloo:|c10d::|_?c10d_functional::|symm_mem::|nccl|rccl)', ''),
+         '^(multimem_)?(one_shot_|two_shot_)?|(_copy)?(_out)?_*$', '', 'g'), '[^a-z]', '', 'g')
     WHEN 'allreduce' THEN 'all_reduce' WHEN 'allreducecoalesced' THEN 'all_reduce'
     WHEN 'allreducesparse' THEN 'all_reduce'
     WHEN 'allgather' THEN 'all_gather' WHEN 'allgatherbase' THEN 'all_gather'
@@ -165,6 +172,7 @@ CREATE OR REPLACE MACRO canonical_collective(s) AS
     WHEN 'broadcast' THEN 'broadcast' WHEN 'broadcastcoalesced' THEN 'broadcast'
     WHEN 'reduce' THEN 'reduce'
     WHEN 'alltoall' THEN 'all_to_all' WHEN 'alltoallbase' THEN 'all_to_all' WHEN 'alltoallv' THEN 'all_to_all'
+    WHEN 'alltoallsingle' THEN 'all_to_all'
     WHEN 'gather' THEN 'gather' WHEN 'scatter' THEN 'scatter'
     WHEN 'send' THEN 'send' WHEN 'recv' THEN 'recv' WHEN 'recvanysource' THEN 'recv'
     WHEN 'sendrecv' THEN 'send_recv' WHEN 'batchisendirecv' THEN 'send_recv' WHEN 'coalesced' THEN 'send_recv'
@@ -174,11 +182,35 @@ CREATE OR REPLACE MACRO canonical_collective(s) AS
 
 -- @macro kernel_name_collective
 -- The collective a communication kernel's name suggests (last resort: NCCL may run any operation in any
--- kernel). NULL for 'Generic' (RCCL) and names without a collective token.
--- @param short_name: Kernel short name.
-CREATE OR REPLACE MACRO kernel_name_collective(short_name) AS
-  canonical_collective(regexp_extract(short_name,
-    '^(?:nccl|rccl)(?:Dev|Sym|Symk)?(?:Kernel_|DevKernel_)?(AllReduce|AllGatherV|AllGather|ReduceScatter|Reduce|Broadcast|SendRecv|AllToAll)', 1));
+-- kernel). NCCL/RCCL: the operation token after the prefix ('ncclDevKernel_AllGather_RING_LL' -> all_gather).
+-- PyTorch SymmetricMemory (torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu):
+-- 'multimem_all_reduce_kernel', 'multimem_one_shot_all_reduce_kernel', 'one_shot_all_reduce_kernel',
+-- 'two_shot_all_reduce_kernel[_inplace]' -> all_reduce, except a 'two_shot_all_reduce_kernel' whose fourth
+-- template argument (reduce_scatter) is true ('true', or '(bool)1' as nsys writes it), which
+-- symm_mem::reduce_scatter_out launches -> reduce_scatter; 'multimem_all_gather_kernel' -> all_gather. NULL for
+-- 'Generic' (RCCL) and names without a collective token.
+-- @param name: Full kernel name (a short name gives the same answer, except that the two-shot reduce-scatter,
+-- told apart by its template arguments only, reads as all_reduce).
+CREATE OR REPLACE MACRO kernel_name_collective(name) AS
+  CASE
+    WHEN regexp_matches(name, '^(void )?(nccl|rccl)') THEN canonical_collective(regexp_extract(name,
+      '^(?:void )?(?:nccl|rccl)(?:Dev|Sym|Symk)?(?:Kernel_|DevKernel_)?(AllReduce|AllGatherV|AllGather|ReduceScatter|Reduce|Broadcast|SendRecv|AllToAll)', 1))
+    WHEN regexp_matches(name, 'two_shot_all_reduce_kernel<[^,<>]+,[^,<>]+,[^,<>]+,\s*(true|\(bool\)1)\s*[,>]')
+      THEN 'reduce_scatter'
+    WHEN regexp_matches(name, '(^|[^a-z_])(multimem_(one_shot_)?|one_shot_|two_shot_)all_reduce_kernel') THEN 'all_reduce'
+    WHEN regexp_matches(name, '(^|[^a-z_])multimem_all_gather_kernel') THEN 'all_gather'
+  END;
+
+-- @macro kernel_name_group_size
+-- The group size a communication kernel's name records: PyTorch SymmetricMemory's one-shot and two-shot all-reduce
+-- kernels are instantiated per world size (template argument k_world_size, the third: 'one_shot_all_reduce_kernel
+-- <c10::BFloat16, 16, 8>', nsys '<c10::BFloat16, (int)16, (int)8>'; CUDASymmetricMemoryOps.cu DISPATCH_WORLD_SIZES:
+-- 8, 4, 2, or -1 for any other size). NULL for -1, for other kernels and for short names.
+-- @param name: Full kernel name.
+CREATE OR REPLACE MACRO kernel_name_group_size(name) AS
+  nullif(TRY_CAST(regexp_extract(name,
+    '(?:one_shot_all_reduce_kernel|two_shot_all_reduce_kernel(?:_inplace)?)<[^,<>]+,\s*(?:\(int\))?\d+,\s*(?:\(int\))?(-?\d+)\s*[,>]', 1)
+    AS INTEGER), -1);
 
 -- @macro canonical_dtype
 -- Canonical element type name from PyTorch ScalarType names ('Float', 'BFloat16', ...), NCCL tokens
