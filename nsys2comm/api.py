@@ -222,6 +222,22 @@ class Job:
         return f"Job({self.path or ':memory:'!r})"
 
     # -- asking -------------------------------------------------------------------------------------------------
+    def set_peaks(self, *, link_gbps: float | None = None, nic_gbps: float | None = None) -> Job:
+        """Physical peaks for this session's bandwidth checks (``--link-gbps``, ``--nic-gbps``): ``link_gbps`` is a
+        GPU's link bandwidth per direction (GB/s, replaces the device table, docs/device-peaks.md), ``nic_gbps`` a
+        host's network bandwidth per direction (GB/s). None clears one. They are DuckDB variables of this
+        connection (``nsys2comm_link_gbps`` / ``nsys2comm_nic_gbps``), read by collective_bandwidth and
+        comm_group_links only: no stored sweep reads them."""
+        for var, value in (("nsys2comm_link_gbps", link_gbps), ("nsys2comm_nic_gbps", nic_gbps)):
+            if value is None:
+                self.con.execute(f"RESET VARIABLE {var}")
+            elif not float(value) > 0:
+                raise UsageError(f"{var.removeprefix('nsys2comm_').replace('_', '-')} must be a positive number of "
+                                 f"GB/s, not {value!r}")
+            else:
+                self.con.execute(f"SET VARIABLE {var} = ?::DOUBLE", [float(value)])
+        return self
+
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         """Rows of a catalog query (``nsys2comm queries list``), with its documented parameters."""
         return run_query(self.con, name, params)
