@@ -15,6 +15,7 @@ import pytest
 from fixtures.synthetic_layouts import PHASE_RANGES, Layout, Model, build, rank_ops
 from nsys2comm import Job, catalog
 from nsys2comm.analysis import run_query
+from nsys2comm.summary import build_summary, format_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = Model()
@@ -110,6 +111,7 @@ def test_layout_wins_where_the_trace_cannot_tell():
     assert set(df["kind"]) == {"unknown"}
     assert set(df["evidence"]) == {"neither its description nor its ranks and traffic tell: give --layout"}
     assert degrees(con)["tp"][0] is None and degrees(con)["dp"][0] is None
+    assert "parallel layout" not in format_summary(build_summary(con))  # nothing known: no line of '?'
     df = layout(con, tp=2, dp=4)
     assert set(zip(df["kind"], df["degree"], df["confidence"], df["source"], strict=True)) == {
         ("tp", 2, "assumed", "layout"), ("dp", 4, "assumed", "layout")}
@@ -203,8 +205,12 @@ def test_two_rank_tp_job_with_undefined_groups_is_not_confident_dp():
     assert (r["kind"], r["confidence"], r["source"], r["candidates"], r["degree"]) == (
         "unknown", "undecided", None, "dp or tp", 2)
     assert r["evidence"].startswith("dp or tp: a group of all 2 ranks, not the default group")
-    d = degrees(build(MODEL, lay, steps=1))
+    con = build(MODEL, lay, steps=1)
+    d = degrees(con)
     assert d["tp"] == (None, None, None) and d["dp"] == (None, None, None)
+    text = format_summary(build_summary(con))
+    assert "parallel layout: undecided groups (dp or tp: give --layout), unknown: tp, cp, ep, dp, pp" in text
+    assert "dp 2" not in text and "tp ?" not in text
     # with phase ranges the same job is tp: its all_reduces of one activation size run in forward and backward
     con = build(MODEL, lay, steps=1, phases=True)
     df = layout(con)

@@ -434,6 +434,50 @@ def test_report_section(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# issue 36, deliverable 3 (consumer side): an assumed group size is said beside the verdict
+
+
+def test_assumed_group_size_flows_into_the_verdict_reason_and_layout():
+    """A capture of 4 ranks of an 8-rank ZeRO-1 job whose trace records no group: the importer assumes the world
+    size (8) for every operation, so an all_gather's size S (input × group size) is twice the real one. The
+    all_gather and the reduce_scatter of the same buffer must not get contradicting verdicts: both are 'assumed',
+    with the assumption in the reason; the layout's confidence is 'assumed' too."""
+    lay = Layout(dp=4, zero=1, naming="torch")
+    perturb = {"assume_world": 8}
+    con = build(MODEL, lay, steps=1, phases=True, perturb=perturb)
+    df = run_query(con, "volume_check", _params(lay))
+    rows = {r["collective"]: r for r in df.iter_rows(named=True)}
+    assert set(rows) == {"all_gather", "reduce_scatter"}
+    real_ag = expected_bytes(MODEL, lay, "world", "all_gather")  # the builder's op sizes on the real 4-rank group
+    assert rows["all_gather"]["measured_bytes"] == pytest.approx(real_ag * 8 / 4)
+    assert rows["all_gather"]["ratio"] == pytest.approx(2.0) and rows["reduce_scatter"]["ratio"] == pytest.approx(1.0)
+    for r in rows.values():
+        assert r["verdict"] == "assumed" and r["assumed_ops"] == r["ops"] == 4, r
+        assert "not judged, group size assumed = world size (4 of 4 ops" in r["reason"], r
+    # the same job with its groups recorded: both match
+    plain = run_query(build(MODEL, lay, steps=1, phases=True), "volume_check", _params(lay))
+    assert set(plain["verdict"]) == {"match"} and set(plain["assumed_ops"]) == {0}
+    assert not any("assumed" in r for r in plain["reason"])
+    # a collective whose size does not depend on the group keeps its verdict, the assumption beside it
+    ddp = Layout(dp=4, naming="torch")
+    df = run_query(build(MODEL, ddp, steps=1, phases=True, perturb=perturb), "volume_check", _params(ddp))
+    ar = df.row(0, named=True)
+    assert (ar["collective"], ar["verdict"]) == ("all_reduce", "match")
+    assert ar["reason"].endswith(" [group size assumed = world size for 4 of 4 ops]")
+    # the layout: kind from the phases, confidence 'assumed'; the ZeRO stage inferred from assumed sizes says so
+    pl_ = run_query(con, "parallel_layout").row(0, named=True)
+    assert (pl_["kind"], pl_["degree"], pl_["confidence"]) == ("dp", 8, "assumed")
+    inferred = run_query(con, "volume_check", MODEL.macro_params())
+    assert all("whose all_gather and reduce_scatter sizes rest on the assumed group size" in r
+               for r in inferred["reason"])
+    s = build_summary(con, volume=_params(lay))
+    assert {(r["collective"], r["verdict"]) for r in s["volume_check"]} == {("all_gather", "assumed"),
+                                                                            ("reduce_scatter", "assumed")}
+    text = format_summary(s)
+    assert "parallel layout: dp 8 (assumed)" in text and "2 assumed" in text
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The model area passes the catalog lint
 
 

@@ -53,7 +53,11 @@ FROM _model_op_rank_steps;
 -- kind of group, or traffic on the group of all ranks); 'not_evaluated' with the reason when the model, the layout
 -- (a degree, the group's kind) or the message sizes are unknown, or for expert/context parallelism (no formula).
 -- Operations of unknown size never pass: with some unsized, the ratio of the sized ones is a lower bound and only
--- 'over' is said. Layout: the degrees of parallel_degrees (the trace's groups, else the parameters), ZeRO stage:
+-- 'over' is said. 'assumed' replaces match / over / under for an all_gather or reduce_scatter row with operations
+-- whose group size is the world size the importer assumed (comm_ops.group_source 'assumed_world_size'): their size S
+-- is the per-rank buffer times the group size, so the ratio rests on the assumption (the all_gather and the
+-- reduce_scatter of one buffer would otherwise contradict each other); every other row with such operations keeps
+-- its verdict and its reason says 'group size assumed = world size'. Layout: the degrees of parallel_degrees (the trace's groups, else the parameters), ZeRO stage:
 -- the parameter, else inferred from the DP groups' traffic (all_reduce only: 0; all_gather at least 1.5× the
 -- reduce_scatter bytes: 3; else 1), said in the reason. Every model and layout parameter is NULL when unknown
 -- and falls back to the session's --model / --layout (_model_param).
@@ -91,6 +95,7 @@ FROM _model_op_rank_steps;
 -- @column ranks: Traced ranks the measured bytes are averaged over.
 -- @column ops: Measured operations in the step (all ranks).
 -- @column unsized_ops: Of those, operations of unknown size.
+-- @column assumed_ops: Of those, operations whose group size is the world size the importer assumed (no group recorded).
 -- @column predicted_bytes: Predicted S bytes per rank in the step; NULL when not predicted or inputs are unknown.
 -- @column measured_bytes: Measured S bytes per rank in the step (mean over ranks, sized operations only); 0 when nothing was measured, NULL when no operation has a size.
 -- @column measured_min_bytes: Smallest per-rank measured bytes (NULL when no operation has a size).
@@ -98,7 +103,7 @@ FROM _model_op_rank_steps;
 -- @column ratio: measured_bytes / predicted_bytes; NULL when not predicted.
 -- @column predicted_wire_bytes: predicted_bytes × busbw_factor(collective, degree): bytes on the wire per rank.
 -- @column measured_wire_bytes: measured_bytes × busbw_factor(collective, degree).
--- @column verdict: 'match', 'over', 'under', 'unexpected' or 'not_evaluated'.
+-- @column verdict: 'match', 'over', 'under', 'assumed' (a ratio resting on an assumed group size, see description), 'unexpected' or 'not_evaluated'.
 -- @column reason: One sentence: the scheme, the ratio and what explains it, or why it was not evaluated.
 -- @column formula: The prediction with its numbers (NULL when not predicted).
 CREATE OR REPLACE MACRO volume_check(layers := NULL, hidden := NULL, ffn := NULL, heads := NULL, kv_heads := NULL,
@@ -132,7 +137,7 @@ WITH inp AS (
   FROM parallel_degrees(tp := tp, pp := pp, dp := dp, cp := cp, ep := ep)
 ), gk AS (SELECT group_key, kind FROM _model_group_kinds(tp := tp, pp := pp, dp := dp, cp := cp)),
 ops AS (  -- every operation with its step and kind, send_recv split into what it sent and what it received
-  SELECT s.step_ord, r.rank, r.kernel_id, r.dtype AS op_dtype, x.coll AS collective,
+  SELECT s.step_ord, r.rank, r.kernel_id, r.dtype AS op_dtype, x.coll AS collective, r.size_assumed,
          CASE WHEN r.collective IN ('send', 'recv', 'send_recv') AND (SELECT d_pp FROM deg) > 1
                    AND coalesce(g.kind, 'unknown') NOT IN ('tp', 'dp', 'ep', 'cp') THEN 'pp'
               ELSE coalesce(g.kind, 'unknown') END AS kind,
@@ -154,12 +159,15 @@ steps AS (
                    AND count(*) FILTER (WHERE collective = 'all_reduce') > 0 THEN 0
               WHEN sum(op_bytes) FILTER (WHERE collective = 'all_gather')
                    >= 1.5 * sum(op_bytes) FILTER (WHERE collective = 'reduce_scatter') THEN 3
-              WHEN sum(op_bytes) FILTER (WHERE collective = 'reduce_scatter') > 0 THEN 1 END AS z
+              WHEN sum(op_bytes) FILTER (WHERE collective = 'reduce_scatter') > 0 THEN 1 END AS z,
+         coalesce(bool_or(size_assumed) FILTER (WHERE collective IN ('all_gather', 'reduce_scatter')), false)
+           AS z_assumed  -- the all_gather / reduce_scatter ratio rests on an assumed group size
   FROM ops WHERE kind = 'dp'
 ), cfg AS (
   SELECT inp.*, deg.*,
          coalesce(inp.zero_given, (SELECT z FROM zero_inf)) AS m_zero,
          inp.zero_given IS NULL AND (SELECT z FROM zero_inf) IS NOT NULL AS zero_inferred,
+         (SELECT z_assumed FROM zero_inf) AS zero_on_assumed,
          coalesce(inp.mb_given, 1) AS m_mb,
          coalesce(inp.m_p_given, _model_param_count(inp.m_l, inp.m_h, inp.m_ffn, inp.m_heads, inp.m_kv, inp.m_v,
                                                     inp.m_tied, inp.m_gated)) AS m_p,
@@ -235,10 +243,11 @@ steps AS (
   FROM expected e CROSS JOIN cfg c
 ), per_rank AS (
   SELECT step_ord, kind, collective, rank, sum(op_bytes) AS b, count(*) AS n, count(*) - count(op_bytes) AS n_unsized,
-         _prelude_most_common(histogram(op_dtype)) AS op_dtype
+         count(*) FILTER (WHERE size_assumed) AS n_assumed, _prelude_most_common(histogram(op_dtype)) AS op_dtype
   FROM ops GROUP BY ALL
 ), meas AS (
   SELECT p.step_ord, p.kind, p.collective, sum(p.n) AS ops, sum(p.n_unsized) AS unsized_ops,
+         sum(p.n_assumed) AS assumed_ops,
          sum(p.b) / (SELECT n FROM n_traced) AS measured_bytes,  -- NULL when no operation has a size
          CASE WHEN sum(p.b) IS NULL THEN NULL
               WHEN count(DISTINCT p.rank) < (SELECT n FROM n_traced) THEN 0 ELSE min(coalesce(p.b, 0)) END
@@ -253,13 +262,14 @@ steps AS (
   SELECT k.step_ord, k.step_no, k.kind, k.collective, p.scheme, p.predicted_bytes, p.unknowns, p.formula,
          p.kind IS NOT NULL AS is_predicted,
          coalesce(m.ops, 0) AS ops, coalesce(m.unsized_ops, 0) AS unsized_ops,
+         coalesce(m.assumed_ops, 0) AS assumed_ops,
          CASE WHEN m.ops IS NULL THEN 0 ELSE m.measured_bytes END AS measured_bytes,  -- nothing measured: 0
          CASE WHEN m.ops IS NULL THEN 0 ELSE m.measured_min_bytes END AS measured_min_bytes,
          CASE WHEN m.ops IS NULL THEN 0 ELSE m.measured_max_bytes END AS measured_max_bytes, m.op_dtype,
          CASE k.kind WHEN 'tp' THEN c.d_tp WHEN 'dp' THEN c.d_dp WHEN 'pp' THEN c.d_pp WHEN 'cp' THEN c.d_cp
                      WHEN 'ep' THEN c.d_ep WHEN 'world' THEN (SELECT coalesce(max(world_size), count(*)) FROM ranks)
                      END AS degree,
-         c.m_zero, c.zero_inferred, c.mb_given, c.m_mb, c.d_tp, c.m_split, c.m_bp, c.m_dtype, c.lo, c.hi
+         c.m_zero, c.zero_inferred, c.zero_on_assumed, c.mb_given, c.m_mb, c.d_tp, c.m_split, c.m_bp, c.m_dtype, c.lo, c.hi
   FROM keys k LEFT JOIN pred p ON p.kind = k.kind AND p.collective = k.collective
   LEFT JOIN meas m ON m.step_ord = k.step_ord AND m.kind = k.kind AND m.collective = k.collective
   CROSS JOIN cfg c
@@ -268,6 +278,8 @@ steps AS (
     CASE WHEN predicted_bytes > 0 THEN measured_bytes / predicted_bytes END AS ratio,
     CASE
       WHEN kind IN ('ep', 'cp') THEN 'not_evaluated'
+      WHEN is_predicted AND predicted_bytes IS NOT NULL AND assumed_ops > 0 AND unsized_ops < ops
+           AND collective IN ('all_gather', 'reduce_scatter') THEN 'assumed'  -- S = buffer × the assumed size
       WHEN kind = 'unknown' THEN 'not_evaluated'
       WHEN NOT is_predicted AND kind = 'dp' AND m_zero IS NULL AND collective IN ('all_gather', 'reduce_scatter')
         THEN 'not_evaluated'  -- a ZeRO stage would predict it
@@ -318,7 +330,7 @@ steps AS (
 )
 SELECT step_ord, step_no, kind, collective, scheme, CAST(degree AS BIGINT) AS degree,
        CAST((SELECT n FROM n_traced) AS BIGINT) AS ranks, CAST(ops AS BIGINT) AS ops,
-       CAST(unsized_ops AS BIGINT) AS unsized_ops,
+       CAST(unsized_ops AS BIGINT) AS unsized_ops, CAST(assumed_ops AS BIGINT) AS assumed_ops,
        predicted_bytes::DOUBLE AS predicted_bytes, measured_bytes::DOUBLE AS measured_bytes,
        measured_min_bytes::DOUBLE AS measured_min_bytes, measured_max_bytes::DOUBLE AS measured_max_bytes,
        ratio::DOUBLE AS ratio,
@@ -360,6 +372,11 @@ SELECT step_ord, step_no, kind, collective, scheme, CAST(degree AS BIGINT) AS de
          WHEN ops > 0 AND unsized_ops = ops
            THEN format('{} {}: not evaluated, the trace has no message size for its {} operation(s)', scheme,
                        collective, ops)
+         WHEN verdict = 'assumed'
+           THEN format('{} {} volume {}× expected ({} per rank, predicted {}): not judged, group size assumed = '
+                       || 'world size ({} of {} ops; the trace records no group, and the size S of {} is the '
+                       || 'per-rank buffer times the group size)', scheme, collective, format('{:.2f}', ratio),
+                       _model_size(measured_bytes), _model_size(predicted_bytes), assumed_ops, ops, collective)
          WHEN unsized_ops > 0 AND verdict = 'over'
            THEN format('{} {} volume at least {}× expected ({} of {} ops have no size): {}', scheme, collective,
                        format('{:.2f}', ratio), unsized_ops, ops, explain_)
@@ -374,11 +391,17 @@ SELECT step_ord, step_no, kind, collective, scheme, CAST(degree AS BIGINT) AS de
                      explain_)
        END
        || CASE WHEN kind = 'dp' AND zero_inferred AND is_predicted
-               THEN format(' [ZeRO stage {} inferred from the DP traffic; give --layout zero=N to set it]', m_zero)
+               THEN format(' [ZeRO stage {} inferred from the DP traffic{}; give --layout zero=N to set it]', m_zero,
+                           CASE WHEN zero_on_assumed AND m_zero > 0
+                                THEN ', whose all_gather and reduce_scatter sizes rest on the assumed group size'
+                                ELSE '' END)
                ELSE '' END
        || CASE WHEN mb_given IS NULL AND is_predicted AND (kind IN ('tp', 'pp') OR scheme = 'ZeRO-3')
                     AND predicted_bytes IS NOT NULL AND coalesce(explain_, '') NOT LIKE '%micro_batches was not given%'
-               THEN ' [1 micro-batch per step assumed]' ELSE '' END AS reason,
+               THEN ' [1 micro-batch per step assumed]' ELSE '' END
+       || CASE WHEN assumed_ops > 0 AND verdict <> 'assumed'
+               THEN format(' [group size assumed = world size for {} of {} ops]', assumed_ops, ops)
+               ELSE '' END AS reason,
        formula
 FROM why
 ORDER BY step_ord, list_position(['tp', 'cp', 'ep', 'dp', 'pp', 'world', 'unknown'], kind), collective;
