@@ -251,3 +251,22 @@ def test_base_names_end_in_the_nsys_short_name(con, shared_traces):
     got = con.execute("SELECT n, s, kernel_short_name(n) FROM (SELECT unnest(?) n, unnest(?) s)",
                       [[d for d, _ in pairs], [s for _, s in pairs]]).fetchall()
     assert [(n, s, b) for n, s, b in got if b.split("::")[-1] != s] == []
+
+
+def test_python_comm_rule_is_the_sql_rule(con):
+    """One definition of a communication kernel: the importer's _COMM_KERNEL_RE (which kernels get their args
+    staged) says what SQL is_comm_kernel_name says, on every corpus name and on each of them without 'void '."""
+    from nsys2comm.ingest.kineto_rows import _COMM_KERNEL_RE
+
+    names = [r["name"] for r in ROWS]
+    names += [n[5:] for n in names if n.startswith("void ")]
+    got = dict(con.execute("SELECT n, is_comm_kernel_name(n) FROM unnest(?) t(n)", [names]).fetchall())
+
+    def py(n: str) -> bool:
+        return bool(_COMM_KERNEL_RE.search(n[5:] if n.startswith("void ") else n))
+
+    assert {n: py(n) for n in names} == got
+    assert sum(got.values()) >= 20 and not all(got.values())
+    # the corpus' communication rows are exactly those
+    assert {r["name"] for r in ROWS if r["expected_class"] == "communication"} == {r["name"] for r in ROWS
+                                                                                  if got[r["name"]]}

@@ -144,6 +144,7 @@ class _State:
         self.min_ts: float | None = None
         self.comm_name_cache: dict[str, bool] = {}
         self.n_negative_dur = 0
+        self.n_bad_ts = 0  # kept events whose ts is missing or not a number: counted, noted, dropped
         self.invalid_utf8 = False
 
     def flush(self) -> Iterator[Batch]:
@@ -185,6 +186,7 @@ class _State:
                     continue  # most CPU ops: dropped before anything else is read
                 t = e.ts
                 if t is None:
+                    self.n_bad_ts += 1
                     continue
                 if type(t) is int:
                     start = t * 1000
@@ -197,6 +199,7 @@ class _State:
                 else:  # the ts's digits (decode_events_exact) or a Decimal (decode_events_slow)
                     start = exact_ns(t)
                     if start is None:
+                        self.n_bad_ts += 1
                         continue
                     t = start / 1000  # for min_ts only
                     float_ts = True
