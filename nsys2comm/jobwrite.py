@@ -29,7 +29,7 @@ from . import jobdir
 from .db import connect
 from .errors import InputError
 from .ingest import FileResult, detect, expand_paths, ingest, sha256_of
-from .ingest.base import ID_COLUMNS, ID_SHIFT, process_pool, stop_pool
+from .ingest.base import ID_COLUMNS, ID_SHIFT, alive, process_pool, stop_pool
 
 _MAX_FILE_ID = 1 << (63 - ID_SHIFT)  # ids are file_id << 40 | index and must stay within BIGINT
 _STALE_S = 24 * 3600  # temp files of other hosts older than this are a dead writer's
@@ -83,23 +83,13 @@ def remove_stale_temps(root: Path) -> list[str]:
         parts = tmp.name.rsplit(".", 3)  # .NAME . HOST . PID . tmp
         host, pid = (parts[1], parts[2]) if len(parts) == 4 else ("", "")
         try:
-            dead = (host == _HOST and pid.isdigit() and not _alive(int(pid))) or now - tmp.stat().st_mtime > _STALE_S
+            dead = (host == _HOST and pid.isdigit() and not alive(int(pid))) or now - tmp.stat().st_mtime > _STALE_S
             if dead:
                 tmp.unlink()
                 removed.append(str(tmp))
         except FileNotFoundError:
             continue
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def committed(root: Path, sha: str) -> bool:
@@ -210,7 +200,7 @@ def _claim(claim: Path, rec: dict, root: Path, rank: int, path: str) -> bool:
             if other.get("sha16") == rec["sha16"]:
                 return False
             done = committed_sha16(root, str(other.get("sha16")))
-            if done or _claim_alive(other, claim):
+            if done or _claimalive(other, claim):
                 raise InputError(f"rank {rank} is {'already in this job directory' if done else 'being written'} "
                                  f"(from {other.get('path')})", path=path,
                                  hint="traces of another job belong in another directory; give --rank N if the "
@@ -231,10 +221,10 @@ def _read_claim(claim: Path) -> dict | None:
         return {}
 
 
-def _claim_alive(rec: dict, claim: Path) -> bool:
+def _claimalive(rec: dict, claim: Path) -> bool:
     """Whether the claim's writer may still be writing: its process on this host, or a claim under a day old."""
     if rec.get("host") == _HOST and isinstance(rec.get("pid"), int):
-        return _alive(rec["pid"])
+        return alive(rec["pid"])
     try:
         return time.time() - claim.stat().st_mtime < _STALE_S
     except FileNotFoundError:

@@ -197,3 +197,14 @@ def test_numeric_string_timestamps_are_stored_exactly(good, tmp_path):
 
     want = spans(good["kineto"])
     assert want and spans(numeric_string_ts(good, tmp_path)) == want
+
+
+@pytest.mark.parametrize("base", [-5_000_000_000_000_000_000 // 10, 662_688_000 * 10**9, 4_102_444_800 * 10**9])
+def test_impossible_clocks_are_refused(good, tmp_path, base):
+    """A negative base, 1991 and 2100: no profiler's clock; the rank would sit decades off the others."""
+    doc = _doc(good)
+    doc["baseTimeNanoseconds"] = base
+    path = _write(tmp_path / "clock.json", doc)
+    res = CliRunner().invoke(app, ["ingest", str(path), "--db", str(tmp_path / "x.duckdb")])
+    assert res.exit_code == 1
+    assert "impossible clock" in res.output and "clock.json" in res.output

@@ -112,3 +112,23 @@ def test_sigkill_children_exit_and_next_ingest_cleans_up(traces, tmp_path):
                         "-q", "--jobs", "1"], env=env, capture_output=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert not any(p.exists() for p in left) and live.exists()
+
+
+def test_process_group_sigkill_leaves_nothing_after_the_next_invocation(traces, tmp_path):
+    """What Slurm and timeout send: SIGKILL to the whole group, resource tracker and forkserver included. The POSIX
+    semaphores and the forkserver's directory it leaves are named after the dead pid; the next ingest removes them."""
+    proc, _ = _start(traces, tmp_path)
+    pid = proc.pid
+    os.killpg(pid, signal.SIGKILL)
+    proc.communicate(timeout=10)
+    assert _wait_gone(pid, 5) == []
+    sems = list(Path("/dev/shm").glob(f"sem.nsys2comm-mp-{pid}-*")) if Path("/dev/shm").is_dir() else []
+    dirs = list(tmp_path.glob(f"nsys2comm-mp-{pid}"))
+    assert dirs, "the pool's temp directory is named after its process"
+    assert not list(tmp_path.glob("pymp-*"))
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "nsys2comm", "ingest", str(ROOT / "fixtures" / "example"), "--db",
+                        str(tmp_path / "c.duckdb"), "-q", "--jobs", "1"], env=env, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not any(p.exists() for p in sems + dirs)
+    assert not list(tmp_path.glob(f"nsys2comm-spool-{pid}-*"))

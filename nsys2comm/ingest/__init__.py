@@ -18,7 +18,17 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import InputError
-from .base import ID_COLUMNS, SPOOL_PREFIX, Batch, ReadOptions, process_pool, start_forkserver, stop_pool
+from .base import (
+    ID_COLUMNS,
+    SPOOL_PREFIX,
+    Batch,
+    ReadOptions,
+    alive,
+    process_pool,
+    remove_dead_leftovers,
+    start_forkserver,
+    stop_pool,
+)
 from .redact import redacted
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
@@ -254,6 +264,7 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
     """
     files = expand_paths(paths)
     remove_stale_spools()
+    remove_dead_leftovers()  # semaphores and forkserver directories of SIGKILLed pools
     options = _read_options(rank, world_size, read_extra, len(files))
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     results: list[FileResult] = []
@@ -421,18 +432,9 @@ def remove_stale_spools(tmpdir: str | None = None) -> list[str]:
     removed = []
     for d in Path(tmpdir or tempfile.gettempdir()).glob(SPOOL_PREFIX + "*"):
         pid = d.name[len(SPOOL_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or d.is_symlink() or not d.is_dir() or _alive(int(pid)):
+        if not pid.isdigit() or d.is_symlink() or not d.is_dir() or alive(int(pid)):
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(str(d))
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True

@@ -114,10 +114,73 @@ def _worker_context() -> mpc.ForkServerContext:
     every worker, and stdin or a notebook cell cannot be re-run at all. Leaving ``__main__`` alone (as
     multiprocessing itself does when main has no file) lets the API work from scripts, stdin and notebooks.
     """
+    _own_mp_names()
     ctx = mpc.ForkServerContext()
     ctx.Process = _NoMainProcess
     ctx.set_forkserver_preload(["nsys2comm.ingest.kineto"])  # not "__main__" (the default): warms the decoders
     return ctx
+
+
+MP_PREFIX = "nsys2comm-mp-"  # POSIX semaphores /dev/shm/sem.nsys2comm-mp-<pid>-…, temp dirs <tmp>/nsys2comm-mp-<pid>
+
+
+def _own_mp_names() -> None:
+    """Name this process's multiprocessing semaphores and temp directory (the forkserver's socket) after its pid.
+
+    With forkserver they outlive a SIGKILL of the process group (what Slurm and timeout send): the resource tracker
+    that would unlink them dies with the group. Named after the pid, the next invocation tells a dead process's
+    leftovers from a live one's and removes them (:func:`remove_dead_leftovers`)."""
+    import atexit
+    import multiprocessing
+    import shutil
+    import tempfile
+
+    cfg = multiprocessing.current_process()._config  # the names multiprocessing reads: semprefix, tempdir
+    pid = os.getpid()
+    if cfg.get("semprefix", "").startswith("/" + MP_PREFIX) and str(pid) in cfg.get("semprefix", ""):
+        return
+    remove_dead_leftovers()
+    cfg["semprefix"] = f"/{MP_PREFIX}{pid}"
+    tmp = os.path.join(tempfile.gettempdir(), f"{MP_PREFIX}{pid}")
+    os.makedirs(tmp, exist_ok=True)
+    cfg["tempdir"] = tmp  # multiprocessing then makes no pymp-* directory of its own, and removes none: we do
+    atexit.register(shutil.rmtree, tmp, True)
+
+
+def remove_dead_leftovers() -> list[str]:
+    """Semaphores and temp directories of nsys2comm processes that are gone (this host's only: they are local)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    removed = []
+    places = [(Path("/dev/shm"), "sem." + MP_PREFIX), (Path(tempfile.gettempdir()), MP_PREFIX)]
+    for where, prefix in places:
+        try:
+            entries = list(where.glob(prefix + "*"))
+        except OSError:
+            continue
+        for e in entries:
+            pid = e.name[len(prefix):].split("-", 1)[0]
+            if pid.isdigit() and not alive(int(pid)):
+                if e.is_dir():
+                    shutil.rmtree(e, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        e.unlink()
+                removed.append(str(e))
+    return removed
+
+
+def alive(pid: int) -> bool:
+    """Whether a process of this pid exists (one owned by another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def start_forkserver() -> None:
