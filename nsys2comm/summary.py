@@ -19,10 +19,15 @@ overlap_pct                share of communication time overlapped by compute ker
 exposed_comm_ns            communication time not overlapped by compute, summed over ranks, ns
 exposed_comm_pct           exposed_comm_ns / gpu_busy_ns × 100
 worst_rank_exposed_comm_pct  the highest per-rank exposed_comm_pct, with ``worst_rank``
-worst_collective           {collective, msg_bytes, msg_bytes_hi, group_size, group_size_assumed, count, total_ns,
-                           busbw_gbps, algbw_gbps}: the collective and message-size bucket [msg_bytes, msg_bytes_hi)
-                           taking the most time; group_size_assumed: busbw rests on the world size assumed for a
-                           trace that records no process group
+worst_collective           {collective, msg_bytes, msg_bytes_hi, group_size, group_size_assumed, spans_hosts, count,
+                           total_ns, busbw_gbps, algbw_gbps, bandwidth_basis, matched_ops, peak_busbw_gbps,
+                           busbw_pct_of_peak, bandwidth_check}: the collective and message-size bucket
+                           [msg_bytes, msg_bytes_hi) taking the most time; busbw/algbw are collective_bandwidth's
+                           headline figures: from the transfer time of instances matched on their whole group
+                           (bandwidth_basis 'transfer', matched_ops of count), else from kernel durations
+                           ('incl_wait': includes waiting, a lower bound); null when above the physical peak
+                           (bandwidth_check 'above_peak'); group_size_assumed: busbw rests on the world size assumed
+                           for a trace that records no process group
 p2p                        {small_msg_share_pct, small_msg_bytes, threshold_rule, alpha_us, beta_gbps, n_half_bytes,
                            fit_quality, n_ops, small_ops}: matched send/recv (latency_model row 'p2p'): share of
                            p2p transfer time in messages below small_msg_bytes (n½ = α·β of the fit, or 64 KiB when
@@ -49,14 +54,11 @@ stragglers                 [{rank, times_last, wait_ns}] up to 3 likeliest strag
                            order: least total wait first), only ranks that arrived last at least once
 parallel_layout            [{kind, degree, groups, confidence, source, evidence}] one per dimension tp, cp, ep, dp,
                            pp (parallel_degrees: the trace's process groups, else --layout; degree null when
-                           unknown; confidence 'named', 'assumed' (--layout, or a group size the importer
-                           assumed) or 'inferred'; evidence says '(undecided: dp or tp)' where groups of
-                           unknown kind leave it open)
+                           unknown; confidence 'named', 'assumed' or 'inferred')
 volume_check               [{step_ord, step_no, kind, collective, scheme, degree, predicted_bytes, measured_bytes,
                            ratio, verdict, reason}] expected against measured bytes per rank per step (nccl-tests
-                           size S; verdict 'match' within 0.8-1.25×, 'over', 'under', 'assumed' (the ratio rests
-                           on an assumed group size, said in reason), 'unexpected', 'not_evaluated'); null when
-                           no model is given (--model), named in ``missing``
+                           size S; verdict 'match' within 0.8-1.25×, 'over', 'under', 'unexpected',
+                           'not_evaluated'); null when no model is given (--model), named in ``missing``
 failed_files               [{path, error}] traces that could not be ingested (one-off summaries of trace files)
 missing                    [str] what data was missing and what to do about it (ingest notes, absent queries);
                            a metric that cannot be computed is null and named here as "KEY: not available (why)";
@@ -100,8 +102,9 @@ PAIRS = "serialised_pairs"
 # the documented columns each summary section reads (tests check them against the catalog)
 COLUMNS = {
     OVERLAP: ("rank", "busy_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
-    BANDWIDTH: ("collective", "group_size", "group_size_assumed", "bucket_lo_bytes", "bucket_hi_bytes", "ops",
-                "total_ns", "algbw_gbps", "busbw_gbps"),
+    BANDWIDTH: ("collective", "group_size", "group_size_assumed", "spans_hosts", "bucket_lo_bytes", "bucket_hi_bytes",
+                "ops", "matched_ops", "total_ns", "headline_algbw_gbps", "headline_busbw_gbps", "bandwidth_basis",
+                "peak_busbw_gbps", "busbw_pct_of_peak", "bandwidth_check"),
     LATENCY: ("collective", "group_size", "instances", "alpha_us", "beta_gbps", "n_half_bytes", "fit_quality",
               "latency_bound_pct", "coalescing_saving_ns", "small_threshold_bytes", "threshold_rule",
               "below_threshold_ops"),
@@ -232,8 +235,12 @@ def _worst_collective(s: dict, con, missing: list[str]) -> None:
     top = bw.sort(["total_ns", "collective"], descending=[True, False], nulls_last=True).row(0, named=True)
     s["worst_collective"] = {
         "collective": top["collective"], "msg_bytes": top["bucket_lo_bytes"], "msg_bytes_hi": top["bucket_hi_bytes"],
-        "group_size": top["group_size"], "group_size_assumed": top["group_size_assumed"], "count": top["ops"],
-        "total_ns": top["total_ns"], "busbw_gbps": top["busbw_gbps"], "algbw_gbps": top["algbw_gbps"]}
+        "group_size": top["group_size"], "group_size_assumed": top["group_size_assumed"],
+        "spans_hosts": top["spans_hosts"], "count": top["ops"], "total_ns": top["total_ns"],
+        "busbw_gbps": top["headline_busbw_gbps"], "algbw_gbps": top["headline_algbw_gbps"],
+        "bandwidth_basis": top["bandwidth_basis"], "matched_ops": top["matched_ops"],
+        "peak_busbw_gbps": top["peak_busbw_gbps"], "busbw_pct_of_peak": top["busbw_pct_of_peak"],
+        "bandwidth_check": top["bandwidth_check"]}
 
 
 def _latency(s: dict, con, missing: list[str]) -> None:
@@ -374,6 +381,8 @@ def _name_unavailable(s: dict, con) -> None:
         n_sized = con.execute("SELECT count(*) FROM comm_ops WHERE msg_bytes IS NOT NULL").fetchone()[0]
         why = ("the job has no communication kernels" if not n_comm else
                "no collective has a known message size" if not n_sized else
+               f"its bus bandwidth is above the physical peak of {w['peak_busbw_gbps']:.1f} GB/s, so a size, group "
+               "or clock is wrong" if w and w.get("bandwidth_check") == "above_peak" else
                "the group size of the worst collective is unknown")
         not_available(s, "worst_collective.busbw_gbps", why)
 
@@ -424,6 +433,21 @@ def check_thresholds(s: dict, **limits: float | None) -> dict:
 # for people
 
 
+def _busbw_text(w: dict) -> str:
+    """The worst collective's bus bandwidth as the summary prints it, with its basis and share of the peak."""
+    if w.get("bandwidth_check") == "above_peak":
+        return f", bus bandwidth not shown (above the {w['peak_busbw_gbps']:.1f} GB/s physical peak)"
+    if not isinstance(w.get("busbw_gbps"), (int, float)):
+        return ""
+    peak = (f", {w['busbw_pct_of_peak']:.1f}% of the {w['peak_busbw_gbps']:.0f} GB/s peak"
+            if isinstance(w.get("busbw_pct_of_peak"), (int, float)) else "")
+    if w.get("bandwidth_basis") == "incl_wait":
+        return f", bus bandwidth >= {w['busbw_gbps']:.2f} GB/s (includes waiting, a lower bound{peak})"
+    part = (f"; {w['matched_ops']} of {w['count']} operations matched"
+            if isinstance(w.get("matched_ops"), int) and w.get("count") and w["matched_ops"] < w["count"] else "")
+    return f", bus bandwidth {w['busbw_gbps']:.2f} GB/s (transfer time, waiting excluded{peak}{part})"
+
+
 def format_summary(s: dict) -> str:
     """The summary as a few lines of text."""
     if not s["files"]:
@@ -441,7 +465,7 @@ def format_summary(s: dict) -> str:
                  f"of GPU-busy time{worst}")
     w = s.get("worst_collective")
     if w:
-        bw = f", bus bandwidth {w['busbw_gbps']:.2f} GB/s" if isinstance(w.get("busbw_gbps"), (int, float)) else ""
+        bw = _busbw_text(w)
         sizes = size(w.get("msg_bytes")) + (f"–{size(w['msg_bytes_hi'])}" if w.get("msg_bytes_hi") else "")
         lines.append(f"worst collective: {w['collective']} {sizes} × {w.get('count') or '?'}"
                      f" = {duration(w['total_ns'])}{bw}")
@@ -489,21 +513,13 @@ def format_summary(s: dict) -> str:
 
 
 def _volume_lines(s: dict) -> list[str]:
-    """One line for the parallel layout (none when no dimension is known), one for the volume check."""
+    """One line for the parallel layout, one for the volume check."""
     out = []
     dims = s.get("parallel_layout")
     if dims:
-        parts = [f"{d['kind']} {d['degree']} ({d['confidence']})" for d in dims
-                 if d["degree"] is not None and (d["degree"] != 1 or d["groups"])]
-        unknown = [d["kind"] for d in dims if d["degree"] is None]
-        undecided = next((d["evidence"].split("(undecided: ", 1)[1].split(")", 1)[0] for d in dims
-                          if d["degree"] is None and "(undecided: " in (d["evidence"] or "")), None)
-        if undecided:  # groups whose kind the trace leaves open: say so rather than guess
-            parts.append(f"undecided groups ({undecided}: give --layout)")
-        if parts and unknown:
-            parts.append("unknown: " + ", ".join(unknown))
-        if parts or not unknown:
-            out.append("parallel layout: " + (", ".join(parts) if parts else "no parallel dimension found"))
+        parts = [f"{d['kind']} {d['degree'] if d['degree'] is not None else '?'} ({d['confidence'] or 'unknown'})"
+                 for d in dims if d["degree"] != 1 or d["groups"]]
+        out.append("parallel layout: " + (", ".join(parts) if parts else "no parallel dimension found"))
     vol = s.get("volume_check")
     if vol is None:
         out.append("volume check: not available (see missing: volume_check)" if s.get("ranks") else
@@ -515,8 +531,7 @@ def _volume_lines(s: dict) -> list[str]:
     worst = sorted((r for r in vol if r["verdict"] in ("over", "under") and r["ratio"] is not None),
                    key=lambda r: -abs(r["ratio"] - 1))
     text = ", ".join(f"{counts.get(v, 0)} {v.replace('_', ' ')}"
-                     for v in ("match", "over", "under", "assumed", "unexpected", "not_evaluated")
-                     if v != "assumed" or counts.get(v))
+                     for v in ("match", "over", "under", "unexpected", "not_evaluated"))
     if worst:
         w = worst[0]
         text += f"; furthest: {w['kind']} {w['collective']} {w['ratio']:.2f}× expected"

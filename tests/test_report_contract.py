@@ -215,7 +215,10 @@ def test_bandwidth_lines_break_where_buckets_are_missing():
     runs = charts._runs(df, "collective").filter(pl.col("collective") == "all_reduce")["run"].to_list()
     assert runs[0] == runs[1] != runs[2]
     spec = charts.busbw_chart(df.with_columns(group_size=pl.lit(8), group_size_assumed=pl.lit(False), ops=pl.lit(1),
-                                              algbw_gbps=pl.lit(1.0), busbw_gbps=pl.lit(2.0))).to_dict()
+                                              spans_hosts=pl.lit(False), matched_ops=pl.lit(1),
+                                              headline_algbw_gbps=pl.lit(1.0), headline_busbw_gbps=pl.lit(2.0),
+                                              bandwidth_basis=pl.lit("transfer"),
+                                              busbw_pct_of_peak=pl.lit(1.0))).to_dict()
     (line,) = [layer for layer in spec["layer"] if layer["mark"] in ("line", {"type": "line"})]
     assert line["encoding"]["detail"]["field"] == "run"
 

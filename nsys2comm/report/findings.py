@@ -88,22 +88,39 @@ def histogram_findings(df: pl.DataFrame) -> list[Finding]:
                     f"({duration(top['t'])} of {duration(total)}).", "sec-msgsize")]
 
 
-@consumes(collective_bandwidth=("collective", "bucket_lo_bytes", "busbw_gbps", "group_size", "group_size_assumed"))
+@consumes(collective_bandwidth=("collective", "bucket_lo_bytes", "headline_busbw_gbps", "group_size",
+                                "group_size_assumed", "bandwidth_basis", "busbw_pct_of_peak", "peak_busbw_gbps",
+                                "bandwidth_check"))
 def bandwidth_findings(df: pl.DataFrame) -> list[Finding]:
-    """Peak bus bandwidth per collective (four at most), flagged when the group size is assumed."""
+    """Highest bus bandwidth per collective (four at most; collective_bandwidth's headline figure), with its share of
+    the physical peak, flagged when it includes waiting or the group size is assumed; figures above the peak are
+    named as impossible, never shown as a bandwidth."""
     out = []
-    sized = df.filter(pl.col("busbw_gbps").is_not_null())
+    sized = df.filter(pl.col("headline_busbw_gbps").is_not_null())
     for (coll,), g in sized.group_by("collective", maintain_order=True):
-        best = g.sort(["busbw_gbps", "bucket_lo_bytes"], descending=[True, False]).row(0, named=True)
+        best = g.sort(["headline_busbw_gbps", "bucket_lo_bytes"], descending=[True, False]).row(0, named=True)
         smaller = g.filter(pl.col("bucket_lo_bytes") < best["bucket_lo_bytes"]).height
-        text = (f"{coll} peaks at {gbps(best['busbw_gbps'])} bus bandwidth (messages of "
-                f"{size(best['bucket_lo_bytes'])}+)" + ("; smaller messages get less, see the curve." if smaller
-                                                        else "."))
+        wait = best["bandwidth_basis"] == "incl_wait"
+        peak = (f", {pct(best['busbw_pct_of_peak'])} of the {gbps(best['peak_busbw_gbps'])} physical peak"
+                if best["busbw_pct_of_peak"] is not None else "")
+        text = (f"{coll} peaks at {'at least ' if wait else ''}{gbps(best['headline_busbw_gbps'])} bus bandwidth "
+                f"(messages of {size(best['bucket_lo_bytes'])}+{peak})"
+                + ("; smaller messages get less, see the curve." if smaller else "."))
+        if wait:
+            text += (" No instance was matched on its whole group, so this figure includes waiting for late ranks: "
+                     "a lower bound.")
         if best["group_size_assumed"]:
             text += (f" This assumes a group of {best['group_size']} ranks (the world size): the trace records no "
                      "process group.")
         out.append(Finding(text, "sec-busbw"))
-    return out[:4]
+    impossible = df.filter(pl.col("bandwidth_check") == "above_peak")
+    if impossible.height:
+        r = impossible.row(0, named=True)
+        out.append(Finding(f"{impossible.height} size bucket(s) measure a bus bandwidth above the physical peak "
+                           f"(e.g. {r['collective']} at {size(r['bucket_lo_bytes'])}+, peak "
+                           f"{gbps(r['peak_busbw_gbps'])}): a message size, group size or clock is wrong there, "
+                           "so their bandwidth is not shown.", "sec-busbw"))
+    return out[:5]
 
 
 @consumes(latency_model=("collective", "group_size", "sized_instances", "sized_transfer_ns", "threshold_rule",

@@ -49,8 +49,8 @@ QUERIES: list[Query] = [
           empty="no collective starts right after the GEMM that produced its input while exposed"),
     Query("msg_size_histogram", needs=("comm",)),
     Query("collective_bandwidth", needs=("comm",), empty="no collective has a known message size",
-          all_null=("busbw_gbps", "bus bandwidth needs the group size of each collective, which the trace does "
-                                  "not record")),
+          all_null=("busbw_incl_wait_gbps", "bus bandwidth needs the group size of each collective, which the trace "
+                                            "does not record")),
     Query("latency_model"),
     Query("latency_by_size"),
     Query("transfer_by_pair"),
@@ -190,9 +190,13 @@ SECTIONS: list[SectionSpec] = [
                   "collective (ms).", ch.msg_size_histogram_chart, ("msg_size_histogram",), "size|blob|bytes"),
     )),
     SectionSpec("sec-busbw", "Bandwidth against message size",
-                "Achieved bus bandwidth per collective; flat low values at small sizes mean latency-bound calls.", (
-        ChartSpec("chart-busbw", "nccl-tests bus bandwidth (GB/s) per message-size bucket, log2 size axis; lines "
-                  "join adjacent buckets only.", ch.busbw_chart, ("collective_bandwidth",), "size|blob|bytes|group"),
+                "Achieved bus bandwidth per collective from the transfer time of instances matched on their whole "
+                "group (waiting excluded), against the physical peak of the devices and network; series marked "
+                "'includes waiting, lower bound' had no such instance; flat low values at small sizes mean "
+                "latency-bound calls.", (
+        ChartSpec("chart-busbw", "nccl-tests bus bandwidth (GB/s, log scale) per message-size bucket, log2 size "
+                  "axis; lines join adjacent buckets only; figures above the physical peak are left out.",
+                  ch.busbw_chart, ("collective_bandwidth",), "size|blob|bytes|group"),
     )),
     SectionSpec("sec-latency", "Latency-bound communication",
                 "Transfer time apart from waiting (matched across ranks) against size, the α-β fit per collective and "
