@@ -54,11 +54,14 @@ stragglers                 [{rank, times_last, wait_ns}] up to 3 likeliest strag
                            order: least total wait first), only ranks that arrived last at least once
 parallel_layout            [{kind, degree, groups, confidence, source, evidence}] one per dimension tp, cp, ep, dp,
                            pp (parallel_degrees: the trace's process groups, else --layout; degree null when
-                           unknown; confidence 'named', 'assumed' or 'inferred')
+                           unknown; confidence 'named', 'assumed' (--layout, or a group size the importer
+                           assumed) or 'inferred'; evidence says '(undecided: dp or tp)' where groups of
+                           unknown kind leave it open)
 volume_check               [{step_ord, step_no, kind, collective, scheme, degree, predicted_bytes, measured_bytes,
                            ratio, verdict, reason}] expected against measured bytes per rank per step (nccl-tests
-                           size S; verdict 'match' within 0.8-1.25×, 'over', 'under', 'unexpected',
-                           'not_evaluated'); null when no model is given (--model), named in ``missing``
+                           size S; verdict 'match' within 0.8-1.25×, 'over', 'under', 'assumed' (the ratio rests
+                           on an assumed group size, said in reason), 'unexpected', 'not_evaluated'); null when
+                           no model is given (--model), named in ``missing``
 failed_files               [{path, error}] traces that could not be ingested (one-off summaries of trace files)
 missing                    [str] what data was missing and what to do about it (ingest notes, absent queries);
                            a metric that cannot be computed is null and named here as "KEY: not available (why)";
@@ -513,13 +516,21 @@ def format_summary(s: dict) -> str:
 
 
 def _volume_lines(s: dict) -> list[str]:
-    """One line for the parallel layout, one for the volume check."""
+    """One line for the parallel layout (none when no dimension is known), one for the volume check."""
     out = []
     dims = s.get("parallel_layout")
     if dims:
-        parts = [f"{d['kind']} {d['degree'] if d['degree'] is not None else '?'} ({d['confidence'] or 'unknown'})"
-                 for d in dims if d["degree"] != 1 or d["groups"]]
-        out.append("parallel layout: " + (", ".join(parts) if parts else "no parallel dimension found"))
+        parts = [f"{d['kind']} {d['degree']} ({d['confidence']})" for d in dims
+                 if d["degree"] is not None and (d["degree"] != 1 or d["groups"])]
+        unknown = [d["kind"] for d in dims if d["degree"] is None]
+        undecided = next((d["evidence"].split("(undecided: ", 1)[1].split(")", 1)[0] for d in dims
+                          if d["degree"] is None and "(undecided: " in (d["evidence"] or "")), None)
+        if undecided:  # groups whose kind the trace leaves open: say so rather than guess
+            parts.append(f"undecided groups ({undecided}: give --layout)")
+        if parts and unknown:
+            parts.append("unknown: " + ", ".join(unknown))
+        if parts or not unknown:
+            out.append("parallel layout: " + (", ".join(parts) if parts else "no parallel dimension found"))
     vol = s.get("volume_check")
     if vol is None:
         out.append("volume check: not available (see missing: volume_check)" if s.get("ranks") else
@@ -531,7 +542,8 @@ def _volume_lines(s: dict) -> list[str]:
     worst = sorted((r for r in vol if r["verdict"] in ("over", "under") and r["ratio"] is not None),
                    key=lambda r: -abs(r["ratio"] - 1))
     text = ", ".join(f"{counts.get(v, 0)} {v.replace('_', ' ')}"
-                     for v in ("match", "over", "under", "unexpected", "not_evaluated"))
+                     for v in ("match", "over", "under", "assumed", "unexpected", "not_evaluated")
+                     if v != "assumed" or counts.get(v))
     if worst:
         w = worst[0]
         text += f"; furthest: {w['kind']} {w['collective']} {w['ratio']:.2f}× expected"
