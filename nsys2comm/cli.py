@@ -23,7 +23,7 @@ from . import __version__, catalog
 from . import output as out_
 from .analysis import check_query, job_start_ns
 from .api import Job, ingest_dir, is_database, is_job_dir, parse_params, settle
-from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery, UsageError, printable
+from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery, UsageError, as_user_error, printable
 from .limits import GZIP_CEILING_BYTES, GZIP_FLOOR_BYTES, GZIP_RATIO, MAX_EVENT_BYTES
 from .output import Format, TimeUnit
 
@@ -182,6 +182,10 @@ def _errors() -> Iterator[None]:
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
         if _state["debug"] or type(e).__module__.startswith(("typer", "click")):
             raise
+        refusal = as_user_error(e)
+        if refusal is not None:  # a full disk, a read-only file system, permissions: the user's kind of error
+            out_.message(f"Error: {refusal.line()}")
+            raise typer.Exit(refusal.exit_code) from None
         import duckdb
 
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 
 # C0 and C1 controls, DEL included: a file name holding a newline, \r or an ANSI escape must not split the one line
@@ -63,3 +64,44 @@ class HelperNotRunnable(UsageError):
         args = ", ".join(required)
         super().__init__(f"{name} is a SQL helper taking table names ({args}), not a query to run on its own",
                          hint=f"call it in SQL: SELECT * FROM {name}({args})")
+
+
+# What the operating system refuses, as the user's kind of error: the target, what is wrong, what to do.
+_OS_REFUSALS = {
+    errno.ENOSPC: ("the disk is full", "free space or write to another disk; nothing of this file was kept"),
+    errno.EDQUOT: ("the disk quota is exceeded", "free space or write to another disk; nothing of this file was kept"),
+    errno.EROFS: ("is on a read-only file system", "write the database or job directory to a writable place"),
+    errno.EACCES: ("permission denied", "write where you have permission, or ask for it"),
+    errno.EPERM: ("operation not permitted", "write where you have permission, or ask for it"),
+}
+_DUCKDB_OS = [(re.compile(p), code) for p, code in ((r"No space left on device", errno.ENOSPC),
+                                                     (r"Disk quota exceeded", errno.EDQUOT),
+                                                     (r"Read-only file system", errno.EROFS),
+                                                     (r"Permission denied", errno.EACCES))]
+_QUOTED_PATH = re.compile(r'(?:file|directory) \\?"([^"\\]+)\\?"|\'(/[^\']+)\'')
+
+
+def as_user_error(e: BaseException, path: str | None = None) -> InputError | None:
+    """An OS refusal (full disk, read-only file system, permissions), raised as such or inside a DuckDB error, as
+    a one-line InputError naming its target; None for anything else."""
+    code = getattr(e, "errno", None) if isinstance(e, OSError) else None
+    target = getattr(e, "filename", None) if isinstance(e, OSError) else None
+    if code not in _OS_REFUSALS:
+        code = next((c for rx, c in _DUCKDB_OS if rx.search(str(e))), None)
+        if code is None:
+            return None
+        m = _QUOTED_PATH.search(str(e))
+        target = (m.group(1) or m.group(2)) if m else None
+    what, hint = _OS_REFUSALS[code]
+    return InputError(what, path=path or _target_of(target), hint=hint)
+
+
+def _target_of(name) -> str | None:
+    """The file a user named, for a temp or log file written beside it (a part's .NAME.tmp, a database's .wal)."""
+    if not name:
+        return None
+    name = str(name)
+    head, _, base = name.rpartition("/")
+    if base.startswith(".") and base.endswith(".tmp"):
+        return head or name
+    return name[: -len(".wal")] if name.endswith(".wal") else name

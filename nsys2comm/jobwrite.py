@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import jobdir
 from .db import connect
-from .errors import InputError
+from .errors import InputError, as_user_error
 from .ingest import FileResult, detect, expand_paths, ingest, sha256_of
 from .ingest.base import ID_COLUMNS, ID_SHIFT, alive, process_pool, stop_pool
 
@@ -54,6 +54,7 @@ def prepare(out: str | Path) -> Path:
     else:
         _atomic_write_text(root / jobdir.MARKER, jobdir.marker_text())  # every writer writes the same bytes
     remove_stale_temps(root)
+    remove_orphan_parts(root)
     return root
 
 
@@ -140,11 +141,38 @@ def _export(con, root: Path, f0: int, sha: str, path: str) -> int:
         _check_rank_collisions(con, root, ranks, sha, path)
         _write_parts(con, root, f0, fid, sha, ranks)
     except BaseException:
-        if not committed(root, sha):
+        if not committed(root, sha):  # a full disk or a signal: take back what this file wrote
+            _remove_parts(root, sha[:16])
             for c in claims:
                 c.unlink(missing_ok=True)
         raise
     return fid
+
+
+def _remove_parts(root: Path, sha16: str) -> None:
+    name = jobdir.part_name(sha16)
+    for table in jobdir.table_columns():
+        for p in (root / table).glob(f"rank=*/{name}"):
+            p.unlink(missing_ok=True)
+
+
+def remove_orphan_parts(root: Path) -> list[str]:
+    """Parts of a file that never committed, whose writer is gone (no live claim holds it): a killed writer's, or
+    one that failed where it could not clean up. Invisible to readers, but they fill the disk."""
+    commits = {p.name for p in (root / jobdir.COMMIT_TABLE).glob("rank=*/part-*.parquet")}
+    claims = [(c, _read_claim(c)) for c in (root / CLAIMS).glob("rank=*")]
+    live = {rec.get("sha16") for c, rec in claims if rec and _claim_alive(rec, c)}
+    removed = []
+    for c, rec in claims:  # a dead writer's claim of nothing committed
+        if rec is not None and rec.get("sha16") not in live and jobdir.part_name(str(rec.get("sha16"))) not in commits:
+            c.unlink(missing_ok=True)
+            removed.append(str(c))
+    for table in jobdir.table_columns():
+        for p in (root / table).glob("rank=*/part-*.parquet"):
+            if p.name not in commits and p.name[5:21] not in live:
+                p.unlink(missing_ok=True)
+                removed.append(str(p))
+    return removed
 
 
 def _write_parts(con, root: Path, f0: int, fid: int, sha: str, ranks: list[int]) -> None:
@@ -200,7 +228,7 @@ def _claim(claim: Path, rec: dict, root: Path, rank: int, path: str) -> bool:
             if other.get("sha16") == rec["sha16"]:
                 return False
             done = committed_sha16(root, str(other.get("sha16")))
-            if done or _claimalive(other, claim):
+            if done or _claim_alive(other, claim):
                 raise InputError(f"rank {rank} is {'already in this job directory' if done else 'being written'} "
                                  f"(from {other.get('path')})", path=path,
                                  hint="traces of another job belong in another directory; give --rank N if the "
@@ -221,7 +249,7 @@ def _read_claim(claim: Path) -> dict | None:
         return {}
 
 
-def _claimalive(rec: dict, claim: Path) -> bool:
+def _claim_alive(rec: dict, claim: Path) -> bool:
     """Whether the claim's writer may still be writing: its process on this host, or a claim under a day old."""
     if rec.get("host") == _HOST and isinstance(rec.get("pid"), int):
         return alive(rec["pid"])
@@ -276,6 +304,7 @@ def write(paths: Iterable[str | Path], out: str | Path, *, rank: int | None = No
 
     def done(path: str, res: FileResult | None, err: Exception | None) -> None:
         if err is not None:
+            err = as_user_error(err, str(root)) or err
             if not keep_going:
                 raise err
             line = err.line() if isinstance(err, InputError) else f"{path}: failed to ingest ({type(err).__name__}: " \

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import InputError
+from ..errors import InputError, as_user_error
 from .base import (
     ID_COLUMNS,
     SPOOL_PREFIX,
@@ -275,6 +275,7 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
             on_file(res)
 
     def fail(path: Path, err: Exception) -> None:
+        err = as_user_error(err) or err
         if isinstance(err, InputError):
             if err.path is None:
                 err.path = str(path)

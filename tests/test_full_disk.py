@@ -1,0 +1,91 @@
+"""A full disk or a read-only target: a one-line error naming the target, no half-written part left visible or
+uncleaned, an exit code that agrees with what was committed, and the next ingest completes.
+
+Tier 3. Two ways to fill the disk: a patched writer that fails with ENOSPC after its third part (runs everywhere),
+and, where this process may mount one (root on Linux, as in CI), a real 48 KiB tmpfs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nsys2comm import jobwrite
+from nsys2comm.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = sorted((ROOT / "fixtures" / "example").glob("worker0_*.json.gz"))[0]
+TRACE1 = sorted((ROOT / "fixtures" / "example").glob("worker1_*.json.gz"))[0]
+
+
+def _files(d: Path) -> list[Path]:
+    return sorted(p for p in d.rglob("*") if p.is_file())
+
+
+def _one_line_error(out: str, target: Path) -> str:
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), out
+    assert str(target) in lines[0] and "Error:" not in lines[0][7:] and "OSError" not in lines[0], out
+    return lines[0]
+
+
+def test_patched_full_disk_job_directory(tmp_path, monkeypatch):
+    real, n = jobwrite._copy, [0]
+
+    def copy(con, select, final):
+        n[0] += 1
+        if n[0] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(final))
+        return real(con, select, final)
+
+    monkeypatch.setattr(jobwrite, "_copy", copy)
+    out = tmp_path / "job"
+    res = CliRunner().invoke(app, ["ingest", str(TRACE), "--out", str(out), "-q"])
+    assert res.exit_code == 1
+    assert "the disk is full" in _one_line_error(res.output, out)
+    assert [p.name for p in _files(out)] == ["_nsys2comm.json"]  # no part, no claim, no temp file
+    monkeypatch.setattr(jobwrite, "_copy", real)
+    res = CliRunner().invoke(app, ["ingest", str(TRACE), "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+
+
+def test_orphan_parts_of_a_dead_writer_are_removed_by_the_next(tmp_path):
+    out = tmp_path / "job"
+    jobwrite.write([TRACE], out, jobs=1)
+    orphan = out / "kernels" / "rank=5" / "part-0123456789abcdef.parquet"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"PAR1")
+    jobwrite.write([TRACE1], out, jobs=1)
+    assert not orphan.exists()
+    assert len(list((out / "files").rglob("part-*.parquet"))) == 2
+
+
+@contextlib.contextmanager
+def _tmpfs(where: Path, opts: str):
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (the patched-writer test covers the full disk)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/proc/mounts").exists(), reason="mounting needs root on Linux")
+@pytest.mark.parametrize("target", ["db", "out"])
+def test_real_full_and_read_only_file_systems(tmp_path, target):
+    for opts, words in (("size=48k", "the disk is full"), ("ro,size=48k", "read-only file system")):
+        with _tmpfs(tmp_path / opts.replace(",", "_").replace("=", ""), opts) as fs:
+            dest = fs / ("x.duckdb" if target == "db" else "job")
+            res = CliRunner().invoke(app, ["ingest", str(TRACE), f"--{target}", str(dest), "-q"])
+            assert res.exit_code == 1, res.output
+            assert words in _one_line_error(res.output, dest)
+            left = _files(fs)
+            assert [p.name for p in left] in ([], ["_nsys2comm.json"]), left
