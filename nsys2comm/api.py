@@ -355,6 +355,17 @@ def ingest_dir(paths: Iterable[str | Path], out: str | Path, *, rank: int | None
                  read_extra=read_extra)
 
 
+def doctor(out: str | Path, *, fix: bool = False) -> pl.DataFrame:
+    """What is wrong with a Parquet job directory (``nsys2comm doctor DIR``): rank conflicts (kept), a dead writer's
+    temp files and orphan parts (removed with ``fix``). One row per finding: kind, path, detail, action."""
+    import polars as pl
+
+    from .jobwrite import doctor as check
+
+    return pl.DataFrame(check(out, fix=fix), schema={"kind": pl.String, "path": pl.String, "detail": pl.String,
+                                                     "action": pl.String})
+
+
 def diff(base: Job, new: Job) -> pl.DataFrame:
     """``base.diff(new)``: what changed from the base run to the new one (see :meth:`Job.diff`)."""
     return base.diff(new)

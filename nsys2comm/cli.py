@@ -23,6 +23,7 @@ from . import __version__, catalog
 from . import output as out_
 from .analysis import check_query, job_start_ns
 from .api import Job, ingest_dir, is_database, is_job_dir, parse_params, settle
+from .api import doctor as api_doctor
 from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery, UsageError, as_user_error, printable
 from .limits import GZIP_CEILING_BYTES, GZIP_FLOOR_BYTES, GZIP_RATIO, MAX_EVENT_BYTES
 from .output import Format, TimeUnit
@@ -826,6 +827,32 @@ def queries_show(
             lines.append("")
         lines += ["SQL:", obj.sql]
         out_.text("\n".join(lines))
+
+
+@app.command(cls=_Command)
+def doctor(
+    directory: Annotated[str, typer.Argument(metavar="DIR", help="A Parquet job directory (ingest --out).")],
+    fix: Annotated[bool, typer.Option("--fix", help="Remove what no reader sees: dead writers' temp files, orphan "
+                                                    "parts and claims. Rank conflicts are only listed.")] = False,
+    fmt: FormatOpt = None,
+    output: OutOpt = None,
+) -> None:
+    """Check a Parquet job directory: ranks claimed by two traces, dead writers' temp files and orphan parts.
+
+    Exit code 0 when nothing is left to do, 1 when a finding remains (a rank conflict, or anything without --fix).
+
+    \b
+    Example:
+      nsys2comm doctor job/ --fix
+    """
+    with _errors():
+        df = api_doctor(directory, fix=fix)
+        if df.height:
+            out_.write_rows(df, fmt=fmt, out=output)
+        else:
+            out_.message(f"{printable(directory)}: no problems found")
+        if df.filter(df["action"] != "removed").height:
+            raise typer.Exit(EXIT_INPUT)
 
 
 @app.command(cls=_Command)

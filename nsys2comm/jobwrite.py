@@ -76,20 +76,27 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def remove_stale_temps(root: Path) -> list[str]:
+def _dead_temps(root: Path) -> list[Path]:
     """Temp files of writers that died: this host's whose process is gone, any host's older than a day."""
-    removed = []
+    found = []
     now = time.time()
     for tmp in root.glob("**/" + _TEMP_GLOB):
         parts = tmp.name.rsplit(".", 3)  # .NAME . HOST . PID . tmp
         host, pid = (parts[1], parts[2]) if len(parts) == 4 else ("", "")
         try:
-            dead = (host == _HOST and pid.isdigit() and not alive(int(pid))) or now - tmp.stat().st_mtime > _STALE_S
-            if dead:
-                tmp.unlink()
-                removed.append(str(tmp))
+            if (host == _HOST and pid.isdigit() and not alive(int(pid))) or now - tmp.stat().st_mtime > _STALE_S:
+                found.append(tmp)
         except FileNotFoundError:
             continue
+    return found
+
+
+def remove_stale_temps(root: Path) -> list[str]:
+    """Remove the temp files of writers that died (:func:`_dead_temps`)."""
+    removed = []
+    for tmp in _dead_temps(root):
+        tmp.unlink(missing_ok=True)
+        removed.append(str(tmp))
     return removed
 
 
@@ -156,22 +163,28 @@ def _remove_parts(root: Path, sha16: str) -> None:
             p.unlink(missing_ok=True)
 
 
-def remove_orphan_parts(root: Path) -> list[str]:
-    """Parts of a file that never committed, whose writer is gone (no live claim holds it): a killed writer's, or
-    one that failed where it could not clean up. Invisible to readers, but they fill the disk."""
+def _orphans(root: Path) -> list[Path]:
+    """Parts of a file that never committed whose writer is gone (no live claim holds it): a killed writer's, or
+    one that failed where it could not clean up; and dead writers' claims of nothing committed. Invisible to
+    readers, but they fill the disk."""
     commits = {p.name for p in (root / jobdir.COMMIT_TABLE).glob("rank=*/part-*.parquet")}
     claims = [(c, _read_claim(c)) for c in (root / CLAIMS).glob("rank=*")]
     live = {rec.get("sha16") for c, rec in claims if rec and _claim_alive(rec, c)}
-    removed = []
-    for c, rec in claims:  # a dead writer's claim of nothing committed
-        if rec is not None and rec.get("sha16") not in live and jobdir.part_name(str(rec.get("sha16"))) not in commits:
-            c.unlink(missing_ok=True)
-            removed.append(str(c))
+    found = [c for c, rec in claims
+             if rec is not None and rec.get("sha16") not in live
+             and jobdir.part_name(str(rec.get("sha16"))) not in commits]
     for table in jobdir.table_columns():
-        for p in (root / table).glob("rank=*/part-*.parquet"):
-            if p.name not in commits and p.name[5:21] not in live:
-                p.unlink(missing_ok=True)
-                removed.append(str(p))
+        found += [p for p in (root / table).glob("rank=*/part-*.parquet")
+                  if p.name not in commits and p.name[5:21] not in live]
+    return found
+
+
+def remove_orphan_parts(root: Path) -> list[str]:
+    """Remove :func:`_orphans`."""
+    removed = []
+    for p in _orphans(root):
+        p.unlink(missing_ok=True)
+        removed.append(str(p))
     return removed
 
 
@@ -345,3 +358,31 @@ def _run_all(args: list[tuple], jobs: int, done) -> None:
     except BaseException:
         stop_pool(pool)  # a failure or a signal: do not wait for the other files
         raise
+
+
+def doctor(out: str | Path, *, fix: bool = False) -> list[dict]:
+    """What is wrong with a Parquet job directory: ranks two traces claim (kept: which trace belongs is the
+    user's call), a dead writer's temp files, orphan parts and claims (removed with ``fix``: no reader sees them).
+    One dict per finding: kind, path, detail, action."""
+    root = Path(out)
+    if not jobdir.is_job_dir(root):
+        raise InputError("is not an nsys2comm Parquet job directory (no " + jobdir.MARKER + ")", path=str(root),
+                         hint="give a directory written by nsys2comm ingest --out")
+    rows = []
+    con = connect(None, objects=False)
+    try:
+        snap = jobdir.snapshot(root)
+        for rank, paths in jobdir.conflict_paths(con, snap).items():
+            rows.append({"kind": "rank_conflict", "path": str(root / "ranks" / jobdir.rank_dir(rank)),
+                         "detail": f"rank {rank} is claimed by " + " and ".join(paths),
+                         "action": "kept: move the trace of the other job out, then ingest it elsewhere"})
+    finally:
+        con.close()
+    for kind, found in (("temp_file", _dead_temps(root)), ("orphan", _orphans(root))):
+        for p in found:
+            rows.append({"kind": kind, "path": str(p), "detail": "left by a writer that is gone; no reader sees it",
+                         "action": "removed" if fix else "remove with --fix"})
+    if fix:
+        remove_stale_temps(root)
+        remove_orphan_parts(root)
+    return rows

@@ -89,3 +89,32 @@ def test_real_full_and_read_only_file_systems(tmp_path, target):
             assert words in _one_line_error(res.output, dest)
             left = _files(fs)
             assert [p.name for p in left] in ([], ["_nsys2comm.json"]), left
+
+
+def test_doctor_lists_and_fixes(tmp_path):
+    """nsys2comm doctor: a conflict is listed and kept; a dead writer's temp file and orphan part are removed."""
+    import shutil
+
+    out, other = tmp_path / "job", tmp_path / "other"
+    jobwrite.write([TRACE], out, jobs=1)
+    res = CliRunner().invoke(app, ["doctor", str(out)])
+    assert res.exit_code == 0 and "no problems found" in res.output
+    jobwrite.write([TRACE1], other, jobs=1, rank=0)  # another job's rank 0
+    for d in other.iterdir():
+        if d.is_dir() and d.name != jobwrite.CLAIMS:
+            shutil.copytree(d, out / d.name, dirs_exist_ok=True)
+    orphan = out / "kernels" / "rank=3" / "part-0123456789abcdef.parquet"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"PAR1")
+    temp = out / "kernels" / "rank=3" / ".part-0123456789abcdef.parquet.nohost.1.tmp"
+    temp.write_bytes(b"x")
+    os.utime(temp, (1, 1))  # another host's, older than a day
+    res = CliRunner().invoke(app, ["doctor", str(out), "-f", "csv"])
+    assert res.exit_code == 1
+    kinds = [ln.split(",")[0] for ln in res.output.splitlines()[1:] if ln]
+    assert sorted(kinds) == ["orphan", "rank_conflict", "temp_file"], res.output
+    assert orphan.exists() and temp.exists()
+    res = CliRunner().invoke(app, ["doctor", str(out), "--fix", "-f", "csv"])
+    assert res.exit_code == 1  # the conflict remains: which trace belongs is the user's call
+    assert not orphan.exists() and not temp.exists()
+    assert "rank_conflict" in res.output
