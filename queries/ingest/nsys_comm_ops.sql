@@ -116,7 +116,8 @@ ORDER BY d.range_id;
 -- @column in_bytes: comm_ops.in_bytes.
 -- @column out_bytes: comm_ops.out_bytes.
 -- @column msg_bytes: comm_ops.msg_bytes.
--- @column group_size: comm_ops.group_size.
+-- @column group_size: comm_ops.group_size: NCCL's payload 'nranks', else the world size a SymmetricMemory kernel's
+-- name records (kernel_name_group_size).
 -- @column pg_name: comm_ops.pg_name (the NCCL communicator id).
 -- @column pg_desc: comm_ops.pg_desc (always NULL in nsys).
 -- @column pg_ranks: comm_ops.pg_ranks (always NULL in nsys).
@@ -126,12 +127,12 @@ ORDER BY d.range_id;
 -- @column n_ops: comm_ops.n_ops.
 -- @column collective_source: 'pytorch_nvtx', 'nvtx' (NCCL's API ranges) or 'kernel_name'.
 -- @column size_source: 'pytorch_nvtx', 'nvtx_payload' or NULL.
--- @column group_source: 'nvtx_payload' or NULL.
+-- @column group_source: 'nvtx_payload', 'kernel_name' or NULL.
 -- @column peer_source: 'nvtx_payload' or NULL.
 CREATE OR REPLACE MACRO _ingest_nsys_comm_ops(fid) AS TABLE
 WITH ck AS (  -- communication kernels, with what their names say
   SELECT kernel_id, rank, correlation_id,
-         kernel_name_collective(name) AS name_coll,
+         kernel_name_collective(name) AS name_coll, kernel_name_group_size(name) AS name_gs,
          canonical_dtype(regexp_extract(short_name,
            '_(?:Sum|Prod|MinMax|Max|Min|Avg|PreMulSum|SumPostDiv)_([A-Za-z0-9_]+?)(?:_(?:RING|TREE|COLLNET|NVLS|PAT)[A-Za-z0-9_]*)?$', 1)) AS name_dtype
   FROM kernels WHERE file_id = fid AND kernel_class = 'communication'
@@ -178,7 +179,7 @@ WITH ck AS (  -- communication kernels, with what their names say
     ON lk.rank = r.rank AND lk.tid = r.tid AND lk.l_start >= r.start_ns
   WHERE lk.l_end <= r.end_ns
 ), nccl_op AS (  -- what NCCL's ranges say: one operation, or the group launched by an outermost ncclGroupEnd
-  SELECT lk.kernel_id, lk.rank, lk.name_coll, lk.name_dtype,
+  SELECT lk.kernel_id, lk.rank, lk.name_coll, lk.name_dtype, lk.name_gs,
          CASE WHEN h.collective IS NOT NULL THEN h.collective
               WHEN g.n_ops IS NULL THEN NULL
               WHEN g.all_p2p THEN CASE WHEN g.has_send AND g.has_recv THEN 'send_recv'
@@ -247,10 +248,11 @@ WITH ck AS (  -- communication kernels, with what their names say
 SELECT kernel_id, fid AS file_id, rank, collective,
        coalesce(CASE WHEN db > 0 THEN msg_bytes // db END, s_elems) AS element_count,
        dtype, in_bytes, out_bytes, msg_bytes,
-       nranks AS group_size, comm_id AS pg_name, NULL::VARCHAR AS pg_desc, NULL::INTEGER[] AS pg_ranks,
+       coalesce(nranks, name_gs) AS group_size, comm_id AS pg_name, NULL::VARCHAR AS pg_desc, NULL::INTEGER[] AS pg_ranks,
        CASE WHEN collective IN ('send', 'recv', 'send_recv') THEN peer END AS peer_rank, NULL::BIGINT AS seq,
        comm_id, coalesce(n_ops, 1) AS n_ops, collective_source, size_source,
-       CASE WHEN nranks IS NOT NULL OR comm_id IS NOT NULL THEN 'nvtx_payload' END AS group_source,
+       CASE WHEN nranks IS NOT NULL THEN 'nvtx_payload' WHEN name_gs IS NOT NULL THEN 'kernel_name'
+            WHEN comm_id IS NOT NULL THEN 'nvtx_payload' END AS group_source,
        CASE WHEN collective IN ('send', 'recv', 'send_recv') AND peer IS NOT NULL THEN 'nvtx_payload' END AS peer_source
 FROM out_rows
 ORDER BY kernel_id;
