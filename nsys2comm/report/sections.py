@@ -53,6 +53,7 @@ QUERIES: list[Query] = [
                                             "does not record")),
     Query("latency_model"),
     Query("latency_by_size"),
+    Query("latency_bound_total"),
     Query("transfer_by_pair"),
     Query("collective_skew", needs=("comm", "two_ranks"),
           all_null=("start_skew_ns", "no collective was matched on two or more ranks")),
@@ -199,11 +200,15 @@ SECTIONS: list[SectionSpec] = [
                   ch.busbw_chart, ("collective_bandwidth",), "size|blob|bytes|group"),
     )),
     SectionSpec("sec-latency", "Latency-bound communication",
-                "Transfer time apart from waiting (matched across ranks) against size, the α-β fit per collective and "
-                "for point-to-point, and who waits for whom in send/recv.", (
-        ChartSpec("chart-latency", "Log-log: median transfer time per size (p10–p90 whisker), fitted t = α + bytes/β "
-                  "(dashed) and n½ = α·β (dotted rule); without sizes, the transfer-time range per collective from "
-                  "the latency floor.", ch.latency_chart, ("latency_model", "latency_by_size"),
+                "Transfer time apart from waiting (matched on the complete group) against size, the α-β fit per "
+                "collective and for point-to-point, and who waits for whom in send/recv. Only fits of quality 'ok' "
+                "feed the latency-bound share and the coalescing saving; kernel durations (single-rank jobs, partial "
+                "groups) include waiting and get no fit.", (
+        ChartSpec("chart-latency", "Log-log: median transfer time per size (p10–p90 whisker), the model t = α + "
+                  "bytes/β over the fitted sizes (dashed: 'ok'; dotted: shown, not used) and n½ = α·β of 'ok' fits "
+                  "(dotted rule); without sized matched transfers, the range per collective: transfer time from the "
+                  "latency floor, or kernel duration with waiting included.", ch.latency_chart,
+                  ("latency_model", "latency_by_size"),
                   "latency|transfer|size|blob|communication"),
         ChartSpec("chart-p2p-pairs", "Point-to-point, sender × receiver: colour = median transfer time (µs), number = "
                   "median wait of the earlier side (µs).", ch.pair_heatmap_chart, ("transfer_by_pair",),
@@ -231,7 +236,7 @@ SECTIONS: list[SectionSpec] = [
                 "Which process group is tensor (tp), data (dp), pipeline (pp), expert (ep) or context (cp) parallel "
                 "and how sure that is ('named' by its description, 'assumed' from --layout, 'inferred' from its "
                 "ranks and traffic); then, per step and per kind and collective, the bytes the model predicts "
-                "(comm-models.md formulas: DDP, ZeRO-1/2/3, Megatron TP, PP) against the bytes measured, both per "
+                "(docs/comm-models.md formulas: DDP, ZeRO-1/2/3, Megatron TP, PP) against the bytes measured, both per "
                 "rank in nccl-tests' size convention. Verdict: match when 0.8 ≤ ratio ≤ 1.25, over, under, "
                 "unexpected (traffic no formula predicts) or not evaluated (model, layout or sizes unknown); "
                 "the reason's tooltip shows the formula with its numbers.", (

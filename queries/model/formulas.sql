@@ -1,5 +1,5 @@
 -- Analytical communication volume of the parallelism schemes, the one definition volume_check uses. Sources:
--- ../shared/reference/comm-models.md §2.2 (formulas) and §2.3 (worked example: GPT-NeoX 1.3B), each formula
+-- docs/comm-models.md ("Expected volume per parallelism scheme", with the worked example GPT-NeoX 1.3B), each formula
 -- tested against it in tests/test_volume_check.py.
 --
 -- Convention (every macro here): bytes in nccl-tests' size S, which is comm_ops.msg_bytes (the all_reduce buffer,
@@ -7,10 +7,10 @@
 -- summed over ONE rank's operations in ONE training step (one optimizer step = micro_batches forward and backward
 -- passes), never summed over ranks. Where ranks differ (pipeline stages: only the first holds the embedding, the
 -- first and last stage send once per micro-batch, the middle ones twice) the value is the mean over ranks. Bytes
--- on the wire per rank (what comm-models.md §2.2 states, e.g. DDP 2·(d−1)/d·P·B) are S × busbw_factor(collective,
+-- on the wire per rank (what docs/comm-models.md states, e.g. DDP 2·(d−1)/d·P·B) are S × busbw_factor(collective,
 -- group degree): _model_wire_bytes. The ratio measured / predicted is the same in both conventions.
 --
--- Notation as in comm-models.md: P parameters, B bytes per element (dtype), L layers, h hidden size, s sequence
+-- Notation as in docs/comm-models.md: P parameters, B bytes per element (dtype), L layers, h hidden size, s sequence
 -- length, b micro-batch size, V vocabulary, t TP degree, p PP degree, d DP degree, mb micro-batches per step.
 
 -- @macro _model_dtype_bytes
@@ -23,7 +23,7 @@ CREATE OR REPLACE MACRO _model_dtype_bytes(dtype) AS
                                               WHEN 'fp8' THEN 1 WHEN 'float8' THEN 1 END);
 
 -- @macro _model_param_count
--- Parameters of a decoder-only transformer (EleutherAI/cookbook calc_transformer_params, comm-models.md §2.3:
+-- Parameters of a decoder-only transformer (EleutherAI/cookbook calc_transformer_params, docs/comm-models.md:
 -- 2Vh + 4Lh² + 8Lh² + 8Lh + 2h), generalised: V·h embedding (twice when untied), per layer attention
 -- 2h² + 2h·(h/heads·kv_heads) (4h² without grouped-query attention), MLP (2 or 3 when gated) × h·ffn, 8h of norms
 -- and biases, and 2h for the final norm. Linear biases beyond that are ignored (as the cookbook does).
@@ -47,7 +47,7 @@ CREATE OR REPLACE MACRO _model_param_count(layers, hidden, ffn, heads, kv_heads,
   + 2.0 * hidden;
 
 -- @macro _model_dp_bytes
--- Data parallelism and ZeRO (comm-models.md §2.2 "Data parallelism and ZeRO"), S bytes per rank per step on the
+-- Data parallelism and ZeRO (docs/comm-models.md, DDP and ZeRO), S bytes per rank per step on the
 -- DP group, for the parameters one rank holds (p_rank = P/(t·p)): DDP (zero 0) all_reduce of all gradients once
 -- per step (bucketed; gradient accumulation reduces at its boundary); ZeRO-1/2 reduce_scatter of the gradients
 -- plus all_gather of the updated parameters, once per step; ZeRO-3 all_gather of the parameters before forward
@@ -73,7 +73,7 @@ CREATE OR REPLACE MACRO _model_dp_bytes(collective, zero, p_rank, b_param, b_gra
 
 -- @macro _model_tp_msg_bytes
 -- Size S of one Megatron tensor-parallel collective: the full activation b·s·h·B, independent of t
--- (comm-models.md §2.2 "Tensor parallelism"; §2.3: 33,554,432 B for b=4, s=2048, h=2048, bf16).
+-- (docs/comm-models.md, Megatron tensor parallelism; worked example: 33,554,432 B for b=4, s=2048, h=2048, bf16).
 -- @param micro_batch: b.
 -- @param seq: s (per context-parallel rank: s/cp).
 -- @param hidden: h.
@@ -82,7 +82,7 @@ CREATE OR REPLACE MACRO _model_tp_msg_bytes(micro_batch, seq, hidden, b) AS
   CAST(micro_batch AS DOUBLE) * seq * hidden * b;
 
 -- @macro _model_tp_layer_collectives
--- Activation-sized TP collectives of the transformer layers per micro-batch over the whole model (comm-models.md
+-- Activation-sized TP collectives of the transformer layers per micro-batch over the whole model (docs/comm-models.md
 -- §2.2): 4L all_reduces (2 forward: attention out-projection and MLP 4h→h; 2 backward: QKV and h→4h input
 -- gradients), 6L with full activation recomputation (the forward pair again). With sequence parallelism each
 -- all_reduce becomes one all_gather plus one reduce_scatter of the same S, so this is also the count of each.
@@ -92,7 +92,7 @@ CREATE OR REPLACE MACRO _model_tp_layer_collectives(layers, recompute) AS
   (4 + CASE WHEN recompute THEN 2 ELSE 0 END) * CAST(layers AS DOUBLE);
 
 -- @macro _model_tp_bytes
--- Megatron tensor parallelism (comm-models.md §2.2), S bytes per rank per step on the TP group, the mean over the
+-- Megatron tensor parallelism (docs/comm-models.md), S bytes per rank per step on the TP group, the mean over the
 -- p pipeline stages (a rank holds L/p layers; the embedding sits on the first stage, the output layer on the last).
 -- Per micro-batch over the model, A = b·s·h·B: without sequence parallelism all_reduce of (layer count + 2) × A —
 -- the layers (_model_tp_layer_collectives), the vocab-parallel embedding's forward reduce, and the column-parallel
@@ -124,7 +124,7 @@ CREATE OR REPLACE MACRO _model_tp_bytes(collective, sequence_parallel, layers, m
 -- @macro _model_pp_msg_bytes
 -- Size S of one pipeline send (activation forward, gradient backward): s·b·h·B, divided by t when the tensor is
 -- split across the TP ranks (Megatron-LM scatter_gather_tensors_in_pipeline, default on; DeepSpeed sends it whole)
--- (comm-models.md §2.2 "Pipeline parallelism"; §2.3: 32 MiB, 16 MiB split at t=2).
+-- (docs/comm-models.md, pipeline parallelism; worked example: 32 MiB, 16 MiB split at t=2).
 -- @param micro_batch: b.
 -- @param seq: s (per context-parallel rank).
 -- @param hidden: h.
@@ -135,7 +135,7 @@ CREATE OR REPLACE MACRO _model_pp_msg_bytes(micro_batch, seq, hidden, b, tp, spl
   CAST(micro_batch AS DOUBLE) * seq * hidden * b / CASE WHEN split THEN tp ELSE 1 END;
 
 -- @macro _model_pp_bytes
--- Pipeline parallelism (comm-models.md §2.2), S bytes per rank per step of 'send' or 'recv': per stage boundary
+-- Pipeline parallelism (docs/comm-models.md), S bytes per rank per step of 'send' or 'recv': per stage boundary
 -- one activation send forward and one gradient send backward per micro-batch; p stages have p−1 boundaries, so a
 -- rank sends (and receives) 2·mb·(p−1)/p messages on average (the first and last stage mb, the others 2·mb).
 -- Metadata sends (8–32 B, DeepSpeed) are left out. NULL for other collectives.
