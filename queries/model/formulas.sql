@@ -148,7 +148,7 @@ CREATE OR REPLACE MACRO _model_pp_bytes(collective, pp, micro_batches, msg) AS
 
 -- @macro _model_wire_bytes
 -- Bytes one rank moves on the wire for S bytes of a collective over n ranks: S × busbw_factor(collective, n)
--- (nccl-tests' ring accounting; comm-models.md §2.2 wire_bytes_per_rank).
+-- (nccl-tests' ring accounting; docs/comm-models.md, size S and bus bandwidth).
 -- @param collective: Canonical collective.
 -- @param s_bytes: Bytes in the nccl-tests size convention S.
 -- @param n: Ranks in the group.
