@@ -87,7 +87,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "msg_size_histogram": ("collective", "bucket_lo_bytes", "bucket_hi_bytes", "ops", "total_bytes", "total_ns"),
     "collective_bandwidth": ("collective", "group_size", "group_size_assumed", "bucket_lo_bytes", "bucket_hi_bytes",
                              "total_ns", "busbw_gbps"),
-    "rank_wait": ("rank", "total_wait_ns", "arrived_last_pct", "straggler_rank_order"),
+    "rank_wait": ("rank", "total_wait_ns", "arrived_last_pct", "straggler_rank_order", "is_straggler"),
     "collective_skew": ("collective", "start_skew_ns"),
     "latency_model": ("collective", "group_size", "latency_floor_ns", "transfer_p50_ns", "alpha_us", "beta_gbps",
                       "n_half_bytes", "latency_bound_pct"),
@@ -102,7 +102,7 @@ FROM comm_kernels() k JOIN _messages_comm_sized() s USING (kernel_id)
 GROUP BY s.collective, s.bucket_lo_bytes
 """
 _TEXT = {"collective"}
-_BOOL = {"group_size_assumed"}
+_BOOL = {"group_size_assumed", "is_straggler"}
 _FLOAT_SUFFIX = ("_pct", "_gbps", "_us")
 
 # (section, metric, meaning): the rows of a diff, in their order within one subject
@@ -133,7 +133,10 @@ METRICS: list[tuple[str, str, str]] = [
     ("skew", "mean_start_skew_ns", "per collective: mean collective_skew.start_skew_ns"),
     ("skew", "max_start_skew_ns", "per collective: largest collective_skew.start_skew_ns"),
     ("skew", "arrived_last_pct", "per rank: rank_wait.arrived_last_pct"),
-    ("skew", "straggler_rank_order", "per rank: rank_wait.straggler_rank_order (1 = likeliest straggler)"),
+    ("skew", "is_straggler", "per rank: 1 when rank_wait.is_straggler (arrives last more often than chance, the "
+                             "summary's and report's rule), else 0"),
+    ("skew", "straggler_rank_order", "per rank: rank_wait.straggler_rank_order (TraceLens' ranking by total wait, "
+                                     "1 = least wait; no verdict: see is_straggler)"),
     ("latency", "latency_floor_ns", "latency_model.latency_floor_ns"),
     ("latency", "transfer_p50_ns", "latency_model.transfer_p50_ns"),
     ("latency", "alpha_us", "latency_model.alpha_us"),
@@ -203,7 +206,8 @@ skew_c AS (
   FROM {s}_collective_skew WHERE start_skew_ns IS NOT NULL GROUP BY collective
 ),
 skew_r AS (
-  SELECT rank, arrived_last_pct::DOUBLE AS arrived_last_pct, straggler_rank_order::DOUBLE AS straggler_rank_order
+  SELECT rank, arrived_last_pct::DOUBLE AS arrived_last_pct, is_straggler::INT::DOUBLE AS is_straggler,
+         straggler_rank_order::DOUBLE AS straggler_rank_order
   FROM {s}_rank_wait
 ),
 lat AS (
@@ -233,7 +237,7 @@ SELECT 'skew', metric, collective, NULL, NULL, NULL, NULL, value::DOUBLE
 FROM skew_c UNPIVOT INCLUDE NULLS (value FOR metric IN (mean_start_skew_ns, max_start_skew_ns))
 UNION ALL
 SELECT 'skew', metric, NULL, NULL, NULL, NULL, rank, value::DOUBLE
-FROM skew_r UNPIVOT INCLUDE NULLS (value FOR metric IN (arrived_last_pct, straggler_rank_order))
+FROM skew_r UNPIVOT INCLUDE NULLS (value FOR metric IN (arrived_last_pct, is_straggler, straggler_rank_order))
 UNION ALL
 SELECT 'latency', metric, collective, group_size, NULL, NULL, NULL, value::DOUBLE
 FROM lat UNPIVOT INCLUDE NULLS (value FOR metric IN (latency_floor_ns, transfer_p50_ns, alpha_us, beta_gbps,

@@ -42,16 +42,20 @@ latency_models             [{collective, group_size, instances, alpha_us, beta_g
 exposed_by_cause           [{cause, exposed_ns, share_pct}] why communication was exposed (exposed_comm_causes, summed
                            over the job, largest first); exposed_ns sums comm_kernels.exposed_ns, where concurrent
                            communication kernels each count, so its total can exceed exposed_comm_ns; share_pct is
-                           of that total
+                           of that total. In a single-rank job arrival skew cannot be seen: ``missing`` says so
+                           (exposed_comm_causes.late_ranks_visible)
 gemm_contention            {slowdown_pct, lost_ns, measured_groups}: GEMMs under communication against alone, in the
                            same steps (gemm_contention's job row, T3's contention); null when no shape has enough
                            samples on both sides
 serialised_pairs           {pairs, headroom_ns}: producer GEMM → exposed collective pairs run back to back, and the
                            summed T3 headroom of a tile-by-tile overlap after contention (serialised_pairs);
                            headroom_ns null when no GEMM slowdown could be measured
-max_skew_ms                largest start skew of one collective instance across its ranks, ms
-stragglers                 [{rank, times_last, wait_ns}] up to 3 likeliest stragglers (rank_wait's TraceLens
-                           order: least total wait first), only ranks that arrived last at least once
+max_skew_ms                largest start skew of one collective instance across its ranks, ms (collective_skew:
+                           instances whose ranks disagree are left out)
+stragglers                 [{rank, times_last, collectives, p_value, wait_ns}] ranks that arrive last significantly
+                           more often than chance (rank_wait.is_straggler: binomial test against 1/ranks,
+                           Bonferroni-adjusted p_value < 0.01), smallest p_value first, up to 3; empty: no
+                           consistent straggler
 parallel_layout            [{kind, degree, groups, confidence, source, evidence}] one per dimension tp, cp, ep, dp,
                            pp (parallel_degrees: the trace's process groups, else --layout; degree null when
                            unknown; confidence 'named', 'assumed' (--layout, or a group size the importer
@@ -112,10 +116,11 @@ COLUMNS = {
               "latency_bound_pct", "coalescing_saving_ns", "small_threshold_bytes", "threshold_rule",
               "below_threshold_ops"),
     LATENCY_TOTAL: ("latency_bound_pct", "coalescing_saving_ns"),
-    WAIT: ("rank", "total_wait_ns", "times_arrived_last", "straggler_rank_order"),
+    WAIT: ("rank", "collectives", "total_wait_ns", "times_arrived_last", "straggler_rank_order",
+           "arrived_last_p_value", "is_straggler"),
     SKEW: ("start_skew_ns",),
     DIAGNOSTICS: ("severity", "rank", "code", "message"),
-    CAUSES: ("cause", "exposed_ns"),
+    CAUSES: ("cause", "exposed_ns", "late_ranks_visible"),
     DEGREES: ("kind", "degree", "groups", "confidence", "source", "evidence"),
     VOLUME: ("step_ord", "step_no", "kind", "collective", "scheme", "degree", "predicted_bytes", "measured_bytes",
              "ratio", "verdict", "reason"),
@@ -171,6 +176,8 @@ def not_available(s: dict, key: str, why: str) -> None:
 
 
 NO_TRACES = "no traces"
+SKEW_HIDDEN = ("exposed_by_cause: arrival skew cannot be seen in a single-rank job: time spent waiting for other "
+               "ranks is counted in the other causes; ingest every rank's trace")
 
 
 def empty_summary(why: str) -> dict[str, Any]:
@@ -281,9 +288,10 @@ def _skew(s: dict, con, missing: list[str]) -> None:
     """Stragglers (rank_wait, TraceLens order: 1 = least total wait = likeliest straggler) and the largest start
     skew of one collective instance (collective_skew)."""
     wait = _query(con, WAIT, missing)
-    if wait is not None and wait.height:
-        top = wait.filter(pl.col("times_arrived_last") > 0).sort(["straggler_rank_order", "rank"])
+    if wait is not None and wait.height:  # rank_wait's one straggler rule (is_straggler), strongest evidence first
+        top = wait.filter(pl.col("is_straggler")).sort(["arrived_last_p_value", "straggler_rank_order", "rank"])
         s["stragglers"] = [{"rank": int(r["rank"]), "times_last": r["times_arrived_last"],
+                            "collectives": r["collectives"], "p_value": r["arrived_last_p_value"],
                             "wait_ns": r["total_wait_ns"]} for r in top.head(3).iter_rows(named=True)]
     skew = _query(con, SKEW, missing)
     if skew is not None and skew.height and skew["start_skew_ns"].max() is not None:
@@ -300,6 +308,8 @@ def _causes(s: dict, con, missing: list[str]) -> None:
     total = by["exposed_ns"].sum()
     s["exposed_by_cause"] = [{"cause": r["cause"], "exposed_ns": _int(r["exposed_ns"]),
                               "share_pct": _pct(r["exposed_ns"], total)} for r in by.iter_rows(named=True)]
+    if causes.height and not causes["late_ranks_visible"].all():
+        missing.append(SKEW_HIDDEN)
 
 
 def _contention(s: dict, con, missing: list[str]) -> None:
@@ -487,8 +497,10 @@ def format_summary(s: dict) -> str:
         lines.append(f"latency-bound: {pct(s['latency_bound_pct'], 1)} of communication transfer time below n½"
                      + ("" if save is None else f"; coalescing would save {save:.3f} ms"))
     if s.get("exposed_by_cause"):
+        caveat = " (single-rank job: waiting for other ranks is not seen as arrival skew)" \
+            if SKEW_HIDDEN in s["missing"] else ""
         lines.append("exposed communication by cause: " + ", ".join(
-            f"{c['cause'].replace('_', ' ')} {pct(c['share_pct'], 1)}" for c in s["exposed_by_cause"]))
+            f"{c['cause'].replace('_', ' ')} {pct(c['share_pct'], 1)}" for c in s["exposed_by_cause"]) + caveat)
     if s.get("gemm_contention"):
         c = s["gemm_contention"]
         lines.append(f"GEMM contention: {pct(c['slowdown_pct'], 1)} slower beside communication, "
@@ -497,14 +509,14 @@ def format_summary(s: dict) -> str:
         sp = s["serialised_pairs"]
         lines.append(f"serialised GEMM → collective pairs: {sp['pairs']}, T3 headroom {duration(sp['headroom_ns'])}")
     if s.get("stragglers"):
-        parts = [f"rank {r['rank']}" + (f" (last {r['times_last']}×)" if r.get("times_last") is not None else "")
-                 for r in s["stragglers"]]
+        parts = [f"rank {r['rank']}" + (f" (last in {r['times_last']} of {r['collectives']}, p = {r['p_value']:.2g})"
+                                        if r.get("p_value") is not None else "") for r in s["stragglers"]]
         skew = f"; max skew {s['max_skew_ms']:.3f} ms" if s.get("max_skew_ms") is not None else ""
         lines.append("stragglers: " + ", ".join(parts) + skew)
     elif s.get("max_skew_ms") is None:
         lines.append("stragglers: not available (see missing: max_skew_ms)")
     else:
-        lines.append(f"stragglers: none found (max skew {s['max_skew_ms']:.3f} ms)")
+        lines.append(f"stragglers: no consistent straggler (max skew {s['max_skew_ms']:.3f} ms)")
     lines += _volume_lines(s)
     for m in s["missing"]:
         lines.append(f"missing: {m}")

@@ -84,11 +84,44 @@ def test_shared_stream():
     expected = {}
     for r in range(2):
         j.kernel(r, GEMM, 0, 100, stream=7, launch_us=(0, 1))
-        k = j.comm(r, 100 + 10 * r, 200, seq=1, stream=7, launch_us=(1, 2))  # rank 0 waits 10 µs: still the stream
+        k = j.comm(r, 100 + 10 * r, 200, seq=1, stream=7, launch_us=(1, 2))  # rank 0 waits 10 µs for rank 1
         j.kernel(r, GEMM, 200, 300, stream=7, launch_us=(2, 3))
-        expected[(k, "serialised_stream")] = 100 - 10 * r
+        if r == 0:
+            expected[(k, "arrival_skew")] = 10  # arrival skew first, even on the serialised stream
+        expected[(k, "serialised_stream")] = 100 - 10 * r - (10 if r == 0 else 0)
     assert j.causes() == expected
     j.check_sums()
+
+
+def test_serialised_stream_with_a_late_peer_shows_the_waiting():
+    """NCCL on the compute stream, rank 1 late by 60 % of the collective: the wait is arrival_skew, not hidden in
+    serialised_stream, and the late rank is named."""
+    j = Job()
+    ks = {}
+    for r in range(2):
+        j.kernel(r, GEMM, 0, 100, stream=COMPUTE_STREAM, launch_us=(0, 1))
+        ks[r] = j.comm(r, 100 + 60 * r, 200, seq=1, stream=COMPUTE_STREAM, launch_us=(1, 2))
+        j.kernel(r, GEMM, 200, 300, stream=COMPUTE_STREAM, launch_us=(2, 3))
+    assert j.causes() == {(ks[0], "arrival_skew"): 60, (ks[0], "serialised_stream"): 40,
+                          (ks[1], "serialised_stream"): 40}
+    rows = j.con.execute("SELECT rank, cause, exposed_ns, late_rank, late_ranks_visible FROM exposed_comm_causes() "
+                         "ORDER BY rank, cause").fetchall()
+    assert rows == [(0, "arrival_skew", 60 * US, 1, True), (0, "serialised_stream", 40 * US, None, True),
+                    (1, "serialised_stream", 40 * US, None, True)]
+    ev = j.con.execute("SELECT stream_compute_kernels FROM exposed_comm_by_kernel() WHERE cause = 'arrival_skew'")
+    assert ev.fetchall() == [(2,)]  # the serialised-stream evidence stays on the arrival_skew row
+    j.check_sums()
+
+
+def test_single_rank_caveat():
+    """One rank: no other rank's start is seen, so arrival skew cannot be told apart: the rows say so."""
+    j = Job(ranks=1)
+    j.kernel(0, GEMM, 0, 100, launch_us=(0, 1))
+    k = j.comm(0, 100, 200, seq=1, launch_us=(50, 51))
+    j.kernel(0, GEMM, 205, 300, launch_us=(60, 61))
+    assert j.causes() == {(k, "dependency_wait"): 100}
+    vis = j.con.execute("SELECT DISTINCT late_ranks_visible FROM exposed_comm_causes()").fetchall()
+    assert vis == [(False,)]
 
 
 def test_launch_gap_is_nothing_to_overlap():

@@ -40,8 +40,8 @@ CLASS_COLORS: dict[str, str] = {
 }
 # One colour per cause of exposed communication (exposed_comm_causes), in the attribution order.
 CAUSE_COLORS: dict[str, str] = {
+    "arrival_skew": "#F58518",  # orange: waiting for a late rank (first in the attribution order)
     "serialised_stream": "#B5323A",  # dark red: cannot overlap at all
-    "arrival_skew": "#F58518",  # orange: waiting for a late rank
     "serialised_communicators": "#9467BD",  # purple
     "dependency_wait": "#4C78A8",  # blue
     "nothing_to_overlap": "#BAB0AC",  # grey: no computation was ready
@@ -380,16 +380,21 @@ def skew_heatmap_chart(df: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDTH - 140, height=max(80, min(16 * d["rank"].n_unique(), 520)))
 
 
-@consumes(rank_wait=("rank", "times_arrived_last", "total_wait_ns"))
+@consumes(rank_wait=("rank", "times_arrived_last", "total_wait_ns", "arrived_last_p_value", "is_straggler"))
 def straggler_chart(df: pl.DataFrame) -> alt.Chart:
     """Straggler ranking, two bar panels on one rank axis: times each rank arrived last, and how long it waited
-    for peers in total (a straggler arrives last often and waits little)."""
+    for peers in total (a straggler arrives last often and waits little). Ranks that rank_wait's test names
+    (is_straggler) are named in the title and tooltip: the others arrive last within chance."""
     d = df.sort("times_arrived_last", "rank", descending=[True, False]).head(MAX_BARS).select(
-        pl.col("rank").cast(pl.Int64), "times_arrived_last", _in("total_wait_ns", "ms").alias("wait_ms"))
+        pl.col("rank").cast(pl.Int64), "times_arrived_last", _in("total_wait_ns", "ms").alias("wait_ms"),
+        "arrived_last_p_value",
+        pl.when(pl.col("is_straggler")).then(pl.lit("straggler (p < 0.01)"))
+        .otherwise(pl.lit("within chance")).alias("verdict"))
     ranks = d["rank"].to_list()
     y = alt.Y("rank:O", title="rank", sort=ranks)
     tip = [alt.Tooltip("rank:O"), alt.Tooltip("times_arrived_last:Q", title="arrived last (count)"),
-           alt.Tooltip("wait_ms:Q", title="waited for peers (ms)", format=",.3f")]
+           alt.Tooltip("arrived_last_p_value:Q", title="p-value (Bonferroni)", format=".2g"),
+           alt.Tooltip("verdict:N"), alt.Tooltip("wait_ms:Q", title="waited for peers (ms)", format=",.3f")]
     height = max(60, min(18 * d.height, 600))
     base = alt.Chart(d)
     last = base.mark_bar(color=CLASS_COLORS["exposed communication"]).encode(
@@ -399,9 +404,12 @@ def straggler_chart(df: pl.DataFrame) -> alt.Chart:
         y=alt.Y("rank:O", sort=ranks, axis=None),
         x=alt.X("wait_ms:Q", title="time waited for peers (ms)", axis=alt.Axis(labelFlush=False, tickCount=6)),
         tooltip=tip).properties(width=(WIDTH - 220) // 2, height=height)
+    named = df.filter(pl.col("is_straggler")).sort("rank")["rank"].to_list()
+    verdict = (f"straggler: rank {', '.join(map(str, named))}" if named else "no consistent straggler")
     return alt.hconcat(last, wait, spacing=12, title=_title(
-        "Straggler ranking", "Left: times each rank arrived last at a collective; right: the time it waited for "
-                             "other ranks (a straggler arrives last often and waits little)"))
+        f"Straggler ranking ({verdict})",
+        "Left: times each rank arrived last at a collective (a straggler: more often than chance, binomial test, "
+        "p < 0.01 after Bonferroni); right: the time it waited for other ranks"))
 
 
 @consumes(exposed_comm_causes=("rank", "cause", "exposed_ns"))

@@ -168,17 +168,24 @@ def _small_message_finding(model: pl.DataFrame) -> list[Finding]:
     return [Finding(text, "sec-latency", "warning" if time_share >= WARN_PCT else "info")]
 
 
-@consumes(rank_wait=("rank", "times_arrived_last"))
+@consumes(rank_wait=("rank", "collectives", "times_arrived_last", "arrived_last_pct", "chance_last_pct",
+                     "arrived_last_p_value", "is_straggler"))
 def straggler_findings(df: pl.DataFrame) -> list[Finding]:
-    """The rank that arrives last most often."""
-    top = df.sort(["times_arrived_last", "rank"], descending=[True, False]).row(0, named=True)
-    n = _sum(df, "times_arrived_last")  # each matched instance has one last rank
-    if n <= 0:
+    """Ranks that arrive last significantly more often than chance: rank_wait.is_straggler, the one rule the summary
+    and diff use too; otherwise "no consistent straggler"."""
+    if _sum(df, "times_arrived_last") <= 0:
         return []
-    share = top["times_arrived_last"] / n
-    return [Finding(f"Rank {top['rank']} arrives last in {top['times_arrived_last']:,} of {n:,.0f} collective "
-                    f"instances ({pct(100 * share)}): the likeliest straggler.", "sec-skew",
-                    "warning" if share >= 0.5 and df.height > 2 else "info")]
+    s = df.filter(pl.col("is_straggler")).sort(["arrived_last_p_value", "rank"])
+    if not s.height:
+        return [Finding("No consistent straggler: no rank arrives last significantly more often than chance "
+                        "(binomial test, p < 0.01 after Bonferroni over ranks).", "sec-skew", "info")]
+    r = s.row(0, named=True)
+    text = (f"Rank {r['rank']} arrives last in {r['times_arrived_last']:,} of {r['collectives']:,} collective "
+            f"instances ({pct(r['arrived_last_pct'])}, chance {pct(r['chance_last_pct'])}; p = "
+            f"{r['arrived_last_p_value']:.2g}): a consistent straggler.")
+    if s.height > 1:
+        text += " Also late more often than chance: rank " + ", ".join(str(x) for x in s["rank"][1:4].to_list()) + "."
+    return [Finding(text, "sec-skew", "warning")]
 
 
 @consumes(collective_skew=("start_skew_ns",))

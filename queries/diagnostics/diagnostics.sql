@@ -6,8 +6,9 @@
 -- One row per problem or notable absence: the importers' ingest_notes, then checks — no trace ingested, no
 -- kernels, no communication kernels (job or rank), one rank only (no cross-rank skew), missing ranks of the world,
 -- communication without message sizes (no histogram / bandwidth / p2p rows for them), without group size (no
--- busbw), no steps (overlap_by_step empty), no p2p, p2p fit impossible (fewer than two sizes), and the
--- collective matching rule in use. Every analysis still runs; this says which rows will be missing or NULL.
+-- busbw), no steps (overlap_by_step empty), no p2p, p2p fit impossible (fewer than two sizes), instances whose
+-- ranks disagree (inconsistent_instances: "k of n instances disagree across ranks", n = instances seen on >= 2
+-- ranks), and the collective matching rule in use. Every analysis still runs; this says which rows will be missing or NULL.
 -- @column severity: 'info' or 'warning'.
 -- @column code: Stable machine-readable code.
 -- @column rank: Rank concerned, or NULL for the whole job.
@@ -65,12 +66,24 @@ d AS (
   SELECT 'info', 'p2p_fit_impossible', NULL, 'latency_model', 'fewer than two distinct p2p message sizes: no alpha-beta fit for p2p'
   WHERE (SELECT count(DISTINCT msg_bytes) FROM co WHERE collective IN ('send', 'recv', 'send_recv')) = 1
   UNION ALL
+  -- the matching's self-checks (skew/skew.sql): instances whose ranks disagree are left out of skew, waits,
+  -- stragglers and transfer times
+  SELECT 'warning', 'inconsistent_instances', NULL,
+         'collective_skew, rank_wait, comm_transfer, latency_model, exposed_comm_causes',
+         printf('%d of %d instances disagree across ranks (collective, size, group or end skew): left out of skew, '
+                'straggler and transfer statistics%s', count(*) FILTER (WHERE NOT consistent), count(*),
+                coalesce(', e.g. ' || arg_min(instance_key || ': ' || inconsistency, first_start_ns)
+                                      FILTER (WHERE NOT consistent), ''))
+  FROM _skew_comm_instances WHERE ranks_seen >= 2
+  HAVING count(*) FILTER (WHERE NOT consistent) > 0
+  UNION ALL
   -- the rule _skew_comm_keys chose (one definition, in skew/skew.sql), in words
   SELECT 'info', 'skew_match_rule', NULL, 'collective_skew, rank_wait',
-         'collectives matched across ranks by ' || CASE any_value(match_rule)
+         'collectives matched across ranks by ' || array_to_string(list_sort(list(DISTINCT CASE match_rule  -- per group
            WHEN 'pg_seq' THEN 'process group and sequence number (rule pg_seq)'
            WHEN 'group_order' THEN 'order within each process group and collective (rule group_order)'
-           ELSE 'per-rank order of all communication kernels, no group metadata (rule rank_order, TraceLens simplified mode)' END
+           ELSE 'per-rank order of the communication kernels without group metadata (rule rank_order, TraceLens simplified mode)'
+           END)), '; ')
   FROM _skew_comm_keys WHERE match_rule <> 'p2p_pair'
   HAVING count(*) > 0 AND (SELECT n FROM nr) > 1
 )

@@ -3,10 +3,11 @@
 -- @include intervals/intervals.sql
 -- Why communication is exposed: every ns of comm_kernels.exposed_ns (communication with no computation running on
 -- the rank) gets exactly one cause. Causes, taken in this order (the first that applies wins):
---   'serialised_stream'        the kernel's stream also runs computation kernels (same rank and device), so the
---                              two cannot overlap: all of the kernel's exposed time;
 --   'arrival_skew'             the exposed part of the kernel's first wait_ns, the time it waited for the rank that
---                              arrived last (_skew_kernel_waits, the cross-rank matching's one definition of wait);
+--                              arrived last (_skew_kernel_waits, the cross-rank matching's one definition of wait:
+--                              consistent instances seen on >= 2 ranks);
+--   'serialised_stream'        the rest, when the kernel's stream also runs computation kernels (same rank and
+--                              device), so the two cannot overlap;
 --   'serialised_communicators' the rest, when the kernel was queued behind another communication kernel of the
 --                              rank on the same stream or the same communicator (pg_name): it started within
 --                              right_after_ns of that kernel's end and, when its launch is known, its launch call
@@ -22,10 +23,17 @@
 --   'unattributed'             the rest otherwise (the next computation kernel was launched in time but started
 --                              later than right_after_ns after any communication ended: it waited for something
 --                              else, e.g. a copy or an event of another stream).
+-- Why arrival skew comes first, before the serialised stream: a rank waiting for a late peer is the larger and
+-- the more specific signal. On a serialised stream the whole exposed time would otherwise be 'serialised_stream'
+-- (NCCL on the compute stream is common), hiding that most of it can be one rank waiting for another; moving the
+-- collective to its own stream would not remove that wait, only let computation hide it, while making the late rank
+-- arrive on time removes it. The stream evidence stays on every row (stream_compute_kernels).
 -- The rest after 'arrival_skew' goes to one cause, decided at the kernel's end (a stretch where computation paused
 -- inside a long collective and resumed before its end counts with the rest). Per rank the causes add up to
 -- comm_kernels.exposed_ns exactly. Computation = kernels whose class is_computation_class. Launches are the
 -- api_calls rows with the kernel's rank and correlation id (_exposure_launches).
+-- A single-rank job shows no other rank's start: arrival skew cannot be seen there, and time spent waiting for
+-- other ranks lands in the other causes (exposed_comm_causes.late_ranks_visible = false says so).
 
 -- @view _exposure_launches
 -- One launch call per (rank, correlation_id) of a kernel: the api_calls row with the earliest start (then the lowest
@@ -168,7 +176,8 @@ FROM n;
 -- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
 -- 'nothing_to_overlap' or 'unattributed'.
 -- @column exposed_ns: Exposed time attributed to this cause (ns).
--- @column stream_compute_kernels: Computation kernels on the kernel's stream (evidence for 'serialised_stream').
+-- @column stream_compute_kernels: Computation kernels on the kernel's stream (evidence for 'serialised_stream';
+-- an 'arrival_skew' row with computation on its stream is on a serialised stream too).
 -- @column wait_ns: Time the rank waited for the last-arriving rank (ns); NULL when not matched on >= 2 ranks.
 -- @column last_arriving_rank: Rank that arrived last in the kernel's matched instance, when matched.
 -- @column queued_behind_kernel_id: Communication kernel on the same stream or communicator that ended last before
@@ -194,7 +203,7 @@ WITH c AS (
            THEN 'dependency_wait'
          WHEN next_compute_launch_end_ns IS NULL THEN 'nothing_to_overlap'
          ELSE 'unattributed' END AS rest_cause,
-    CASE WHEN stream_compute_kernels > 0 THEN 0 ELSE skew_exposed_ns END AS skew_ns
+    skew_exposed_ns AS skew_ns  -- arrival skew first, even on a serialised stream (header)
   FROM _exposure_kernel_evidence e
 ), rows_ AS (  -- one read of the kernels, each giving its skew part then its other part (a UNION ALL read them twice)
   SELECT c.*, p.cause, p.part_ns
@@ -226,7 +235,8 @@ FROM rows_;
 -- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
 -- 'nothing_to_overlap' or 'unattributed'.
 -- @column exposed_ns: Exposed time attributed to this cause (ns).
--- @column stream_compute_kernels: Computation kernels on the kernel's stream (evidence for 'serialised_stream').
+-- @column stream_compute_kernels: Computation kernels on the kernel's stream (evidence for 'serialised_stream';
+-- an 'arrival_skew' row with computation on its stream is on a serialised stream too).
 -- @column wait_ns: Time the rank waited for the last-arriving rank (ns); NULL when not matched on >= 2 ranks.
 -- @column last_arriving_rank: Rank that arrived last in the kernel's matched instance, when matched.
 -- @column queued_behind_kernel_id: Communication kernel on the same stream or communicator that ended last before
@@ -246,7 +256,7 @@ ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 -- @macro exposed_comm_causes
 -- Exposed communication time per rank, step and collective, split by cause (exposed_comm_by_kernel; causes and
 -- their order in the description of queries/exposure). Per rank, exposed_ns adds up to the sum of
--- comm_kernels.exposed_ns.
+-- comm_kernels.exposed_ns. In a single-rank job arrival skew cannot be seen (late_ranks_visible = false).
 -- @param right_after_ns: Tolerance for "starts right after" (ns), see exposed_comm_by_kernel.
 -- @column rank: Rank.
 -- @column step_ord: Step (_overlap_steps) whose window contains the kernels' starts; NULL outside steps.
@@ -257,6 +267,8 @@ ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 -- @column share_pct: 100 × exposed_ns / the exposed time of this rank, step and collective.
 -- @column kernels: Communication kernels with time in this cause.
 -- @column late_rank: For 'arrival_skew': the rank that arrived last most often (lowest on ties); else NULL.
+-- @column late_ranks_visible: False in a single-rank job: no other rank's start is seen, so waiting for other
+-- ranks cannot be told apart and is counted in the other causes (dependency_wait, unattributed, ...); true otherwise.
 CREATE OR REPLACE MACRO exposed_comm_causes(right_after_ns := 10000) AS TABLE
 WITH a AS (SELECT * FROM _exposure_by_kernel_rows(right_after_ns := right_after_ns)),
 g AS (
@@ -271,7 +283,8 @@ g AS (
 SELECT g.rank, g.step_ord, g.collective, g.cause, CAST(g.exposed_ns AS BIGINT) AS exposed_ns,
        (100.0 * g.exposed_ns / sum(g.exposed_ns) OVER (PARTITION BY g.rank, g.step_ord, g.collective))::DOUBLE
          AS share_pct,
-       g.kernels, CASE WHEN g.cause = 'arrival_skew' THEN late.late_rank END AS late_rank
+       g.kernels, CASE WHEN g.cause = 'arrival_skew' THEN late.late_rank END AS late_rank,
+       (SELECT count(*) FROM ranks) > 1 AS late_ranks_visible
 FROM g LEFT JOIN late ON late.rank = g.rank AND late.step_ord IS NOT DISTINCT FROM g.step_ord
                       AND late.collective = g.collective
 ORDER BY g.rank, g.step_ord NULLS LAST, g.collective, g.exposed_ns DESC, g.cause;
