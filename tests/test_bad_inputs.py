@@ -208,3 +208,12 @@ def test_impossible_clocks_are_refused(good, tmp_path, base):
     res = CliRunner().invoke(app, ["ingest", str(path), "--db", str(tmp_path / "x.duckdb")])
     assert res.exit_code == 1
     assert "impossible clock" in res.output and "clock.json" in res.output
+
+
+def test_a_copy_of_a_file_that_failed_fails_too(good, tmp_path):
+    bad = _write(tmp_path / "bad.json", b'{"traceEvents": [{"ph": "X"')
+    copy = _write(tmp_path / "copy.json", bad.read_bytes())
+    res = CliRunner().invoke(app, ["ingest", str(bad), str(copy), "--db", str(tmp_path / "x.duckdb"), "--keep-going"])
+    assert res.exit_code == 1
+    assert "already ingested" not in res.output
+    assert f"failed    {copy}: a copy of {bad}, which could not be ingested" in res.output

@@ -289,8 +289,9 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
         done(FileResult(str(path), "failed", line))
 
     hasher = ThreadPoolExecutor(1, thread_name_prefix="nsys2comm-sha256")  # hashlib releases the GIL
+    copies: list[tuple[Path, Path]] = []
     try:
-        todo = _identify(con, files, done, fail, hasher)
+        todo = _identify(con, files, done, fail, hasher, copies)
     except BaseException:
         hasher.shutdown(cancel_futures=True)
         raise
@@ -305,6 +306,7 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
     completed = terminated = False
     try:
         _write_all(con, todo, options, jobs, record, fail, progress, installing)
+        _copies_done(copies, results, done)
         completed = True
     except (SystemExit, KeyboardInterrupt):
         terminated = True  # a signal: leave at once; sessions compute what the cache would hold
@@ -358,10 +360,12 @@ def _read_options(rank: int | None, world_size: int | None, extra: dict | None, 
     return ReadOptions(rank=rank, world_size=world_size, extra=dict(extra or {}))
 
 
-def _identify(con, files: list[Path], done, fail, hasher) -> list[tuple[Path, str | _PendingHash, object]]:
-    """Format and identity first (cheap, and bad files fail before any parsing work); files already in the job,
-    or given twice, are skipped. Returns (path, sha256, importer) of the files to read; the sha256 of a file whose
-    size no other file has is hashed by ``hasher`` (a thread) once the file is parsed (a _PendingHash)."""
+def _identify(con, files: list[Path], done, fail, hasher,
+              copies: list[tuple[Path, Path]]) -> list[tuple[Path, str | _PendingHash, object]]:
+    """Format and identity first (cheap, and bad files fail before any parsing work); files already in the job
+    are skipped, and files given twice are put in ``copies`` as (copy, original): their outcome is the original's.
+    Returns (path, sha256, importer) of the files to read; the sha256 of a file whose size no other file has is
+    hashed by ``hasher`` (a thread) once the file is parsed (a _PendingHash)."""
     todo: list[tuple[Path, str | _PendingHash, object]] = []
     sizes: set[int] = set()
     for path in files:
@@ -379,13 +383,27 @@ def _identify(con, files: list[Path], done, fail, hasher) -> list[tuple[Path, st
             fail(path, err)
             continue
         prior = con.execute("SELECT file_id FROM files WHERE sha256 = ?", [sha]).fetchone()
-        if prior or any((t[1] if isinstance(t[1], str) else t[1].result()) == sha for t in todo):
-            fid = prior[0] if prior else None
-            why = "already ingested" + (f" as file {fid}" if fid else " (duplicate)")
-            done(FileResult(str(path), "skipped", why, fid))
+        if prior:
+            done(FileResult(str(path), "skipped", f"already ingested as file {prior[0]}", prior[0]))
+            continue
+        original = next((t[0] for t in todo if (t[1] if isinstance(t[1], str) else t[1].result()) == sha), None)
+        if original is not None:  # its outcome is the original's, known once that is read
+            copies.append((path, original))
             continue
         todo.append((path, sha, mod))
     return todo
+
+
+def _copies_done(copies: list[tuple[Path, Path]], results: list[FileResult], done) -> None:
+    """Each copy of a file given twice gets its original's outcome: skipped if that was ingested, failed if not."""
+    by_path = {r.path: r for r in results}
+    for path, original in copies:
+        res = by_path.get(str(original))
+        if res is not None and res.status == "ingested":
+            done(FileResult(str(path), "skipped", f"a copy of {original} (ingested as file {res.file_id})",
+                            res.file_id))
+        else:
+            done(FileResult(str(path), "failed", f"{path}: a copy of {original}, which could not be ingested"))
 
 
 def _write_all(con, todo, options, jobs, record, fail, progress, installing) -> None:
