@@ -118,3 +118,29 @@ def test_doctor_lists_and_fixes(tmp_path):
     assert res.exit_code == 1  # the conflict remains: which trace belongs is the user's call
     assert not orphan.exists() and not temp.exists()
     assert "rank_conflict" in res.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/proc/mounts").exists(), reason="mounting needs root on Linux")
+def test_wal_export_in_a_read_only_directory_says_so(tmp_path):
+    """An nsys export in WAL mode needs its -shm file beside it: on a read-only file system the error says that,
+    not 'corrupt'."""
+    import sqlite3
+
+    from fixtures.nsys_writer import write_nsys
+    from fixtures.synthetic import make_run
+
+    src = write_nsys(make_run(world_size=2, steps=1), tmp_path / "w.sqlite", "3.25.0")
+    con = sqlite3.connect(src)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE extra (x)")
+    con.commit()
+    payload = [src.read_bytes(), Path(f"{src}-wal").read_bytes()]
+    con.close()
+    with _tmpfs(tmp_path / "ro", "size=4m") as fs:
+        (fs / "w.sqlite").write_bytes(payload[0])
+        (fs / "w.sqlite-wal").write_bytes(payload[1])
+        subprocess.run(["mount", "-o", "remount,ro", str(fs)], check=True)
+        res = CliRunner().invoke(app, ["ingest", str(fs / "w.sqlite"), "--db", str(tmp_path / "x.duckdb")])
+    assert res.exit_code == 1
+    line = _one_line_error(res.output, fs / "w.sqlite")
+    assert "write-ahead log" in line and "corrupt" not in line

@@ -51,6 +51,7 @@ Bad values (nsys_values.py)
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sqlite3
 from collections import Counter
@@ -132,13 +133,28 @@ def _check_header(path: Path) -> None:
                          f"{n_pages} pages of {page_size} bytes)", "copy or export the file again")
 
 
+def _read_only_fs(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 class _Export:
     def __init__(self, path: Path):
         self.path = path
         wal = Path(str(path) + "-wal").exists()
         uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if wal else "&immutable=1")
         self.con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        self.tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        try:
+            self.tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.OperationalError:
+            if wal and (not os.access(path.parent, os.W_OK) or _read_only_fs(path.parent)):
+                # reading a write-ahead log needs its -shm file beside it, which a read-only directory refuses
+                raise _err(path, "has a write-ahead log (-wal) beside it in a directory SQLite cannot write to",
+                           "copy the .sqlite file and its -wal file to a writable directory, or merge the log "
+                           "where it was written: sqlite3 FILE 'PRAGMA wal_checkpoint(TRUNCATE)'") from None
+            raise
         self._cols: dict[str, set[str]] = {}
         self._strings: dict[int, str | None] = {}
 
