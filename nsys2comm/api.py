@@ -127,7 +127,7 @@ class Job:
     def open(cls, source: str | Path | Sequence[str | Path] | None = None, *, write: bool = False,
              lock_timeout_s: float = 60.0, jobs: int | None = None,
              on_file: Callable | None = None, progress: Callable | None = None,
-             scheduler=None, dask_local: int | None = None) -> Job:
+             scheduler=None, dask_local: int | None = None, keep_going: bool = False) -> Job:
         """Open a job database, or ingest trace files / directories / globs into an in-memory one.
 
         ``source`` is a ``.duckdb`` path, a Parquet job directory, or one or more trace paths. ``write=False``
@@ -135,6 +135,7 @@ class Job:
         For a Parquet job directory, ``scheduler`` (a Dask scheduler address or ``distributed.Client``) or
         ``dask_local=N`` (a local cluster of N worker processes) runs the per-rank stage on Dask
         (:mod:`nsys2comm.distributed`); ``job.stages`` then holds the seconds per stage.
+        ``keep_going`` (trace sources only) skips traces that cannot be read: ``job.failed`` lists them.
         """
         sources = [source] if isinstance(source, (str, Path)) else list(source or [])
         if not sources:
@@ -152,7 +153,8 @@ class Job:
             path = str(dbs[0])
             con = connect(path, write=write, lock_timeout_s=lock_timeout_s)
             return cls(con, path=path, read_only=not write)
-        return cls.ingest(sources, db=None, jobs=jobs, on_file=on_file, progress=progress, read_only=not write)
+        return cls.ingest(sources, db=None, jobs=jobs, on_file=on_file, progress=progress, read_only=not write,
+                          keep_going=keep_going)
 
     @classmethod
     def _open_dir(cls, path: str, *, write: bool, scheduler, dask_local: int | None) -> Job:
@@ -208,6 +210,11 @@ class Job:
             con.close()
             raise
         return cls(con, path=str(db) if db is not None else None, read_only=read_only, results=results)
+
+    @property
+    def failed(self) -> list[dict]:
+        """The traces an ingest with ``keep_going`` could not read: [{path, error}] (the summary's failed_files)."""
+        return [{"path": r.path, "error": r.message} for r in self.results if r.status == "failed"]
 
     def close(self) -> None:
         self.con.close()
@@ -289,8 +296,7 @@ class Job:
         from .summary import build_summary
 
         volume = volume_params(model, layout)  # usage errors before any work
-        failed = [{"path": r.path, "error": r.message} for r in self.results if r.status == "failed"]
-        return build_summary(self.con, failed, **({"volume": volume} if volume else {}))
+        return build_summary(self.con, self.failed, **({"volume": volume} if volume else {}))
 
     def chart(self, name: str, **params: Any):
         """An Altair chart of a catalog query, drawn by the report's chart functions."""

@@ -1,7 +1,7 @@
 """The ``nsys2comm`` command line: thin commands over :mod:`nsys2comm.api`; all rows go through :mod:`.output`.
 
 Conventions: rows (and the summary) on stdout, messages on stderr; exit 0 ok, 1 input error, 2 usage error,
-3 threshold violated. ``--debug`` shows tracebacks instead of one-line errors.
+3 threshold violated, 4 some trace files could not be read (--keep-going: the others were analysed). ``--debug`` shows tracebacks instead of one-line errors.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery,
 from .limits import GZIP_CEILING_BYTES, GZIP_FLOOR_BYTES, GZIP_RATIO, MAX_EVENT_BYTES
 from .output import Format, TimeUnit
 
-EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_THRESHOLD = 0, 1, 2, 3
+EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_THRESHOLD, EXIT_PARTIAL = 0, 1, 2, 3, 4
 
 
 def _without_type_names(params: list) -> list:
@@ -91,7 +91,8 @@ app = typer.Typer(
          "Wherever a DB is expected you may give trace files, directories or globs instead: they are ingested into "
          "a temporary in-memory database.\n\n"
          "\b\nExample:\n  nsys2comm report fixtures/example -o report.html\n\n"
-         "Exit codes: 0 ok, 1 input error, 2 usage error, 3 threshold violated (summary, diff).",
+         "Exit codes: 0 ok, 1 input error, 2 usage error, 3 threshold violated (summary, diff), 4 some trace files "
+         "could not be read and the others were analysed (--keep-going).",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -139,6 +140,10 @@ RelativeOpt = Annotated[bool, typer.Option(
     "--relative", help="Show timestamps (columns named start_ns, end_ns, first_ns, last_ns or ending _start_ns, "
                        "_end_ns ...) as time since the job's first event instead of on the absolute timeline; "
                        "durations are unchanged.")]
+KeepGoingOpt = Annotated[bool, typer.Option(
+    "--keep-going", help="Trace files: analyse the ones that can be read, list the others on stderr (and in the "
+                         "summary's failed_files and missing), and exit 4 if any could not be read (3 wins when "
+                         "a threshold is violated; 1 when none could be read).")]
 LockOpt = Annotated[float, typer.Option("--lock-timeout", metavar="S",
                                         help="Seconds to wait for another process holding the database.")]
 ModelOpt = Annotated[str | None, typer.Option(
@@ -212,8 +217,9 @@ def _duckdb_detail(e: BaseException) -> str:
 
 
 def _open(sources: list[str], *, write: bool = False, lock_timeout: float = 60.0, scheduler: str | None = None,
-          dask_local: int | None = None) -> Job:
-    """DB path or Parquet job directory → open it; anything else → ingest the traces into memory (one-off use)."""
+          dask_local: int | None = None, keep_going: bool = False) -> Job:
+    """DB path or Parquet job directory → open it; anything else → ingest the traces into memory (one-off use);
+    with ``keep_going`` the traces that cannot be read are said on stderr and left out (job.failed)."""
     if not sources:
         raise UsageError("no database or trace files given", hint="e.g. nsys2comm summary run.duckdb")
     dask = {"scheduler": scheduler, "dask_local": dask_local}
@@ -231,10 +237,32 @@ def _open(sources: list[str], *, write: bool = False, lock_timeout: float = 60.0
         status = Console(stderr=True).status("ingesting traces into memory…")
         status.start()
     try:
-        return Job.open(sources, write=write)
+        job = Job.open(sources, write=write, keep_going=keep_going)
+    except InputError as e:
+        if not keep_going and e.hint and "--keep-going" not in e.hint:
+            e.hint += "; --keep-going analyses the other files"
+        raise
     finally:
         if status:
             status.stop()
+    if job.failed:
+        read = sum(r.status != "failed" for r in job.results)
+        out_.message(f"{len(job.failed)} of {len(job.results)} trace file(s) could not be read"
+                     + (", left out (--keep-going):" if read else ":"))
+        for f in job.failed:
+            out_.message(f"  {f['error']}")
+        if not read:
+            job.close()
+            e = InputError(f"none of the {len(job.results)} trace file(s) could be read")
+            e.failed = job.failed  # summary --json lists them in its document
+            raise e
+    return job
+
+
+def _exit_partial(*jobs: Job | None) -> None:
+    """--keep-going: exit 4 when a trace file was left out (after the command's output)."""
+    if any(j is not None and j.failed for j in jobs):
+        raise typer.Exit(EXIT_PARTIAL)
 
 
 def _version_cb(value: bool) -> None:
@@ -440,6 +468,7 @@ def summary(
     nic_gbps: NicGbpsOpt = None,
     scheduler: SchedulerOpt = None,
     dask_local: DaskLocalOpt = None,
+    keep_going: KeepGoingOpt = False,
 ) -> None:
     """The few lines to read after a job, or --json for scripts.
 
@@ -450,6 +479,8 @@ def summary(
     that could not be computed (one rank: no skew; no communication: no overlap; no sizes: no bandwidth) is
     reported as not available and its threshold as not evaluated, which --strict also turns into exit 3.
     Without traces, --json still writes a summary document, saying "no traces", and the exit code is 1.
+    With --keep-going, trace files that cannot be read are left out, listed in failed_files and missing, and the
+    exit code is 4 (3 if a threshold is violated).
 
     \b
     Example:
@@ -466,11 +497,13 @@ def summary(
     with _errors():
         volume_params(model, layout)  # usage errors before any work
         try:
-            job = _open(sources, scheduler=scheduler, dask_local=dask_local)
+            job = _open(sources, scheduler=scheduler, dask_local=dask_local, keep_going=keep_going)
             job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
         except InputError as e:
             if json_:  # scripts get a valid document either way (never an empty file); the error still exits 1
-                out_.write_document(check_thresholds(empty_summary(e.line()), **limits))
+                doc = empty_summary(e.line())
+                doc["failed_files"] = getattr(e, "failed", [])
+                out_.write_document(check_thresholds(doc, **limits))
             raise
         s = job.summary(model=model, layout=layout)
         check_thresholds(s, **limits)
@@ -480,6 +513,7 @@ def summary(
             out_.text(format_summary(s))
         job.close()
         _gate(s, strict)
+        _exit_partial(job)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -509,6 +543,7 @@ def diff_(
     = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 3 also when a threshold could not be evaluated "
                                                           "(its metric is not available).")] = False,
+    keep_going: KeepGoingOpt = False,
 ) -> None:
     """Compare two runs per step: what changed in collectives, sizes, bandwidth, overlap, exposure, idle time,
     waits, skew and the latency model, sorted by impact on step time.
@@ -533,9 +568,9 @@ def diff_(
             out_.infer_format(fmt, output)  # usage errors before any work
         elif fmt is not None:
             raise UsageError("--json prints one document; --format is for the rows", hint="drop one of them")
-        base_job = _open([base])
+        base_job = _open([base], keep_going=keep_going)
         try:
-            new_job = _open([new])
+            new_job = _open([new], keep_going=keep_going)
         except BaseException:
             base_job.close()
             raise
@@ -551,6 +586,7 @@ def diff_(
             out_.write_rows(comparison.rows, fmt=fmt, out=output)
             _say_diff(d)
         _gate(d, strict)
+        _exit_partial(base_job, new_job)
 
 
 def _say_diff(d: dict) -> None:
@@ -609,6 +645,7 @@ def report(
     nic_gbps: NicGbpsOpt = None,
     scheduler: SchedulerOpt = None,
     dask_local: DaskLocalOpt = None,
+    keep_going: KeepGoingOpt = False,
 ) -> None:
     """Write the self-contained HTML report of a job (charts and tables of the catalog analyses).
 
@@ -623,9 +660,9 @@ def report(
 
     with _errors():
         volume_params(model, layout)  # usage errors before any work
-        base_job = _open([baseline]) if baseline is not None else None
+        base_job = _open([baseline], keep_going=keep_going) if baseline is not None else None
         try:
-            job = _open(sources, scheduler=scheduler, dask_local=dask_local)
+            job = _open(sources, scheduler=scheduler, dask_local=dask_local, keep_going=keep_going)
             job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
             path = job.report(output, png_dir=png_dir, svg_dir=svg_dir, baseline=base_job, model=model,
                               layout=layout)
@@ -634,6 +671,7 @@ def report(
             if base_job is not None:
                 base_job.close()
         out_.message(f"wrote {path}")
+        _exit_partial(job, base_job)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -656,6 +694,7 @@ def query(
     nic_gbps: NicGbpsOpt = None,
     scheduler: SchedulerOpt = None,
     dask_local: DaskLocalOpt = None,
+    keep_going: KeepGoingOpt = False,
 ) -> None:
     """Run a documented catalog query and print its rows.
 
@@ -670,11 +709,12 @@ def query(
         params = parse_params(param)
         out_.infer_format(fmt, output)  # usage errors before any work
         _check_query(name, params)
-        job = _open(sources, scheduler=scheduler, dask_local=dask_local)
+        job = _open(sources, scheduler=scheduler, dask_local=dask_local, keep_going=keep_going)
         job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
         df = job.query(name, **params)
         _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative)
         job.close()
+        _exit_partial(job)
 
 
 def _check_query(name: str, params: dict) -> None:
@@ -710,6 +750,7 @@ def sql(
     lock_timeout: LockOpt = 60.0,
     link_gbps: LinkGbpsOpt = None,
     nic_gbps: NicGbpsOpt = None,
+    keep_going: KeepGoingOpt = False,
 ) -> None:
     """Run SQL on a job database; prints the rows of the last statement. Read-only unless --write.
 
@@ -726,7 +767,7 @@ def sql(
             if text is None and hasattr(sys.stdin, "isatty") and sys.stdin.isatty():
                 raise UsageError("no SQL given", hint='pass it as an argument, or "-" to read it from stdin')
             text = sys.stdin.read()
-        job = _open([source], write=write, lock_timeout=lock_timeout)
+        job = _open([source], write=write, lock_timeout=lock_timeout, keep_going=keep_going)
         job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
         try:
             df = job.sql(text, write=write)
@@ -740,6 +781,7 @@ def sql(
         if df.width:
             _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative)
         job.close()
+        _exit_partial(job)
 
 
 def _refresh_after_write(job: Job) -> None:

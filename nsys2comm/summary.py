@@ -66,7 +66,8 @@ volume_check               [{step_ord, step_no, kind, collective, scheme, degree
                            size S; verdict 'match' within 0.8-1.25×, 'over', 'under', 'assumed' (the ratio rests
                            on an assumed group size, said in reason), 'unexpected', 'not_evaluated'); null when
                            no model is given (--model), named in ``missing``
-failed_files               [{path, error}] traces that could not be ingested (one-off summaries of trace files)
+failed_files               [{path, error}] traces that could not be ingested (one-off summaries of trace files
+                           with --keep-going); ``missing`` names them too
 missing                    [str] what data was missing and what to do about it (ingest notes, absent queries);
                            a metric that cannot be computed is null and named here as "KEY: not available (why)";
                            a job without traces says "no traces"
@@ -196,6 +197,9 @@ def build_summary(con, failed_files: list[dict] | None = None, volume: dict | No
     s: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
     s.update(schema_version=SCHEMA_VERSION, nsys2comm_version=__version__, stragglers=[], missing=missing,
              failed_files=list(failed_files or []), thresholds=[], ok=True)
+    if failed_files:  # --keep-going: the figures below rest on the other traces only
+        missing.append(f"failed_files: {len(failed_files)} trace file(s) could not be read and were left out "
+                       "(--keep-going): " + ", ".join(f["path"] for f in failed_files))
     s["ranks"] = con.execute("SELECT count(*) FROM ranks").fetchall()[0][0]
     s["files"] = con.execute("SELECT count(*) FROM files").fetchall()[0][0]
     s["sources"] = [r[0] for r in con.execute("SELECT DISTINCT source FROM files ORDER BY source").fetchall()]
