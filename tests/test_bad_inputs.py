@@ -217,3 +217,19 @@ def test_a_copy_of_a_file_that_failed_fails_too(good, tmp_path):
     assert res.exit_code == 1
     assert "already ingested" not in res.output
     assert f"failed    {copy}: a copy of {bad}, which could not be ingested" in res.output
+
+
+def test_nsys_string_over_the_event_limit_is_refused_in_bounded_memory(good, tmp_path):
+    """A 3 MB kernel name under a 1 MB --max-event-mb: the same one-line refusal as a Kineto event, and the name is
+    never read into Python (the limit is checked in SQLite)."""
+    out = tmp_path / "bigname.sqlite"
+    out.write_bytes(Path(good["nsys"]).read_bytes())
+    con = sqlite3.connect(out)
+    kid = con.execute("SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
+    con.execute("UPDATE StringIds SET value = ? WHERE id = ?", ["k" * (3 << 20), kid])
+    con.commit()
+    con.close()
+    res = CliRunner().invoke(app, ["ingest", str(out), "--db", str(tmp_path / "x.duckdb"), "--max-event-mb", "1"])
+    assert res.exit_code == 1
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "bigname.sqlite" in lines[0] and "event-size limit" in lines[0], res.output

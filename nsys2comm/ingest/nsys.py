@@ -64,6 +64,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from ..limits import MAX_EVENT_BYTES
 from . import nsys_values as values
 from .base import Batch, ReadOptions, decoder_processes_for
 from .nsys_ranges import read_tables
@@ -141,8 +142,8 @@ def _read_only_fs(directory: Path) -> bool:
 
 
 class _Export:
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, max_bytes: int = MAX_EVENT_BYTES):
+        self.path, self.max_bytes = path, max_bytes
         wal = Path(str(path) + "-wal").exists()
         uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if wal else "&immutable=1")
         self.con = sqlite3.connect(uri, uri=True, check_same_thread=False)
@@ -174,8 +175,14 @@ class _Export:
             part = missing[j:j + 900]
             for i in part:
                 self._strings[i] = None
-            q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
-            for i, v in self.con.execute(q, part):
+            # a string over the event-size limit is refused before it is read into Python (bounded memory)
+            q = (f"SELECT id, CASE WHEN length(value) <= {int(self.max_bytes)} THEN value END, length(value) "
+                 f"FROM StringIds WHERE id IN ({','.join('?' * len(part))})")
+            for i, v, n in self.con.execute(q, part):
+                if n is not None and n > self.max_bytes:
+                    raise _err(self.path, f"has a string of {n >> 20} MB (StringIds id {i}), more than the "
+                                          f"{self.max_bytes >> 20} MB event-size limit",
+                               "if the export is genuine, raise the limit with --max-event-mb")
                 self._strings[i] = v
         return self._strings
 
@@ -319,7 +326,7 @@ def read(path, options: ReadOptions | None = None) -> Iterator[Batch]:
 
 
 def _read(path: Path, options: ReadOptions) -> Iterator[Batch]:
-    ex = _Export(path)
+    ex = _Export(path, int(options.extra.get("max_event_bytes") or MAX_EVENT_BYTES))
     meta = _meta(ex, path)
     if _KERNEL not in ex.tables or ex.con.execute(f"SELECT 1 FROM {_KERNEL} LIMIT 1").fetchone() is None:
         raise _err(path, "is an Nsight Systems export without CUDA kernels",
