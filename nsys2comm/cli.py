@@ -1,7 +1,8 @@
 """The ``nsys2comm`` command line: thin commands over :mod:`nsys2comm.api`; all rows go through :mod:`.output`.
 
 Conventions: rows (and the summary) on stdout, messages on stderr; exit 0 ok, 1 input error, 2 usage error,
-3 threshold violated, 4 some trace files could not be read (--keep-going: the others were analysed). ``--debug`` shows tracebacks instead of one-line errors.
+3 threshold violated, 4 some trace files could not be read (--keep-going: the others were
+analysed). ``--debug`` shows tracebacks instead of one-line errors.
 """
 
 from __future__ import annotations
@@ -930,6 +931,54 @@ def schema(
             df = job.query("schema_objects")
             job.close()
         out_.write_rows(df, fmt=fmt, out=output)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# export
+
+export_app = typer.Typer(
+    help="Write the job in a format other tools open.\n\n\b\nExample:\n"
+         "  nsys2comm export perfetto fixtures/example -o job.json.gz",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    cls=_Group,
+)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("perfetto", cls=_Command)
+def export_perfetto(
+    sources: SourcesArg,
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", dir_okay=False, show_default=False,
+                                         help="Trace file to write: .json, or .json.gz (gzip).")],
+    keep_going: KeepGoingOpt = False,
+) -> None:
+    """Write the whole job as one Chrome Trace Event Format file for ui.perfetto.dev or chrome://tracing.
+
+    One process per rank ("rank N (host)") on the aligned job timeline (host clock offsets removed, times from
+    the earliest kernel); a thread per stream with its kernels (category: kernel class; communication kernels
+    carry collective, msg_bytes, group, seq and instance); flow arrows from the earliest-arriving rank's kernel
+    of each matched collective instance to the other ranks'; per stream with communication, an "exposed
+    communication" track (slices named by their exposure causes) and an "arrival wait" track (time waited for
+    the last-arriving rank).
+
+    \b
+    Example:
+      nsys2comm export perfetto run.duckdb -o job.json.gz
+      nsys2comm export perfetto traces/ -o job.json --keep-going
+    """
+    from .export_perfetto import export_perfetto as write
+
+    with _errors():
+        if not output.name.endswith((".json", ".json.gz")):
+            raise UsageError(f"{printable(str(output))}: the trace file must end .json or .json.gz",
+                             hint="e.g. -o job.json.gz")
+        job = _open(sources, keep_going=keep_going)
+        counts = write(job.con, output)
+        job.close()
+        out_.message(f"wrote {output} ({counts['kernels']} kernels, {counts['flows'] // 2} flow arrows, "
+                     f"{counts['exposure']} exposure and wait slices)")
+        _exit_partial(job)
 
 
 def _on_sigterm(signum, frame) -> None:

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "fixtures" / "example"
 EXAMPLE_FILES = sorted(EXAMPLE.glob("*.json.gz"))
 FORMATS = ["table", "csv", "tsv", "json", "jsonl", "markdown"]
-COMMANDS = ["ingest", "summary", "diff", "report", "query", "sql", "schema", "queries list", "queries show"]
+COMMANDS = ["ingest", "summary", "diff", "report", "query", "sql", "schema", "queries list", "queries show",
+            "export perfetto"]
 
 
 def run(*args: str, input: str | None = None):

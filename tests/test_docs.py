@@ -15,7 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-COMMANDS = ["ingest", "summary", "diff", "report", "query", "sql", "queries list", "queries show", "schema"]
+COMMANDS = ["ingest", "summary", "diff", "report", "query", "sql", "queries list", "queries show", "schema",
+            "export perfetto"]
 
 
 def _help(args: list[str]) -> str:

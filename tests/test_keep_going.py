@@ -75,6 +75,13 @@ def test_rows_commands_keep_going(traces, cmd):
         assert r.stdout.split() == ["n", str(WORLD)]
 
 
+def test_export_keep_going(traces, tmp_path):
+    out = tmp_path / "job.json"
+    r = run("export", "perfetto", traces, "-o", out, "--keep-going")
+    assert r.exit_code == EXIT_PARTIAL, r.stderr
+    assert {e["pid"] for e in json.loads(out.read_bytes())["traceEvents"]} == set(range(WORLD))
+
+
 def test_diff_and_report_keep_going(traces, tmp_path):
     r = run("diff", traces, traces, "--json", "--keep-going")
     assert r.exit_code == EXIT_PARTIAL, r.stderr
