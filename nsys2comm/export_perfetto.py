@@ -6,7 +6,8 @@ Layout (Trace Event Format, JSON object form, ``displayTimeUnit`` "ns"):
 * one process per rank (``pid`` = rank, ``process_name`` "rank N (host)"), on the aligned job timeline:
   each rank's times minus its host's offset (``host_clock_offsets``, as ``_skew_ops``), relative to the earliest
   aligned kernel start (``otherData.origin_ns``); ``ts``/``dur`` in µs with three decimals (ns precision);
-* a thread per stream ("stream S") holding its kernels as complete events (``ph`` 'X'), ``cat`` = kernel_class;
+* a thread per stream ("stream S") holding its kernels as complete events (``ph`` 'X'), ``cat`` = kernel_class
+  (a kernel that starts before an earlier kernel of its stream ended goes to "stream S, overlapping kernels");
   args: kernel_id, and for communication kernels collective, msg_bytes, pg_name, seq (comm_ops) and instance_key
   (_skew_ops);
 * flow events (``ph`` 's' / 'f', ``bp`` 'e') link each matched instance (comm_transfer, transfer_source 'matched')
@@ -30,18 +31,29 @@ from pathlib import Path
 from .db import settle
 
 CHUNK_ROWS = 50_000
-EXPOSED_TID, WAIT_TID = 100_000, 200_000  # + the stream's thread number: exposure and wait tracks
+LANE_TID, EXPOSED_TID, WAIT_TID = 10_000, 100_000, 200_000  # added to a stream's thread number
 
-# the rank's offset against the reference host (as _skew_ops), and the job's origin on that aligned timeline
-_ALIGN = """
+# off: each rank's offset against the reference host (as _skew_ops); origin: the job's first aligned kernel start;
+# kt: each kernel's thread, its stream's, or the stream's overlap lane for a kernel that starts before an earlier
+# kernel of its stream ended (programmatic dependent launch lets kernels of one stream overlap; slices on one
+# thread must nest); t / d: aligned start relative to the origin, and duration (ns)
+_ALIGN = f"""
 WITH off AS (
   SELECT r.rank, r.host, coalesce(o.offset_ns, 0) AS off
   FROM ranks r LEFT JOIN host_clock_offsets() o ON coalesce(o.host, '') = coalesce(r.host, '')
+), origin AS (
+  SELECT coalesce(min(k.start_ns - coalesce(off.off, 0)), 0) AS t0 FROM kernels k LEFT JOIN off USING (rank)
 ), streams AS (
   SELECT rank, stream_id, row_number() OVER (PARTITION BY rank ORDER BY stream_id NULLS LAST)::BIGINT AS tid
   FROM (SELECT DISTINCT rank, stream_id FROM kernels)
-), origin AS (
-  SELECT coalesce(min(k.start_ns - coalesce(off.off, 0)), 0) AS t0 FROM kernels k LEFT JOIN off USING (rank)
+), kt AS (
+  SELECT k.kernel_id, k.rank, k.stream_id, k.kernel_class, k.name,
+         k.start_ns - coalesce(off.off, 0) - origin.t0 AS t, k.end_ns - k.start_ns AS d,
+         s.tid + {LANE_TID} * coalesce(k.start_ns < max(k.end_ns) OVER (
+           PARTITION BY k.rank, k.stream_id ORDER BY k.start_ns, k.kernel_id
+           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false)::INTEGER AS tid
+  FROM kernels k JOIN streams s ON s.rank = k.rank AND s.stream_id IS NOT DISTINCT FROM k.stream_id
+  LEFT JOIN off ON off.rank = k.rank CROSS JOIN origin
 )"""
 
 
@@ -50,11 +62,20 @@ def _us(expr: str) -> str:
     return f"printf('%d.%03d', ({expr}) // 1000, ({expr}) % 1000)"
 
 
+def _slice(name: str, cat: str, pid: str, tid: str, t: str, d: str, args: str) -> str:
+    """SQL: one complete ('X') event's JSON text."""
+    return (f"""'{{"ph":"X","name":' || to_json({name}) || ',"cat":' || to_json({cat}) || ',"pid":' || {pid}"""
+            f"""|| ',"tid":' || {tid} || ',"ts":' || {_us(t)} || ',"dur":' || {_us(d)} || ',"args":' || {args}"""
+            """ || '}'""")
+
+
 def _metadata_sql() -> str:
     name = "'rank ' || o.rank || coalesce(' (' || o.host || ')', '')"
-    thread = "json_object('name', b.prefix || coalesce('stream ' || s.stream_id, 'stream ?') || b.suffix)"
+    thread = ("json_object('name', b.prefix || coalesce('stream ' || th.stream_id, 'stream ?') "
+              "|| CASE WHEN th.tid > " + str(LANE_TID) + " THEN ', overlapping kernels' ELSE '' END || b.suffix)")
     meta = "'{{\"ph\":\"M\",\"name\":\"{}\",\"pid\":' || {} || ',\"tid\":' || {} || ',\"args\":' || {} || '}}'"
     return _ALIGN + f"""
+, th AS (SELECT rank, stream_id, tid, bool_or(kernel_class = 'communication') AS comm FROM kt GROUP BY ALL)
 SELECT ev FROM (
   SELECT o.rank, 0 AS tid, 0 AS k,
          {meta.format('process_name', 'o.rank', '0', f"json_object('name', {name})")} AS ev FROM off o
@@ -62,32 +83,23 @@ SELECT ev FROM (
   SELECT o.rank, 0, 1, {meta.format('process_sort_index', 'o.rank', '0', "json_object('sort_index', o.rank)")}
   FROM off o
   UNION ALL
-  SELECT s.rank, s.tid + b.base, 2, {meta.format('thread_name', 's.rank', 's.tid + b.base', thread)}
-  FROM streams s, (VALUES (0, '', ''), ({EXPOSED_TID}, 'exposed communication (', ')'),
-                          ({WAIT_TID}, 'arrival wait (', ')')) b(base, prefix, suffix)
-  WHERE b.base = 0 OR s.stream_id IN (SELECT stream_id FROM kernels k WHERE k.rank = s.rank
-                                      AND k.kernel_class = 'communication')
+  SELECT th.rank, th.tid + b.base, 2, {meta.format('thread_name', 'th.rank', 'th.tid + b.base', thread)}
+  FROM th, (VALUES (0, false, '', ''), ({EXPOSED_TID}, true, 'exposed communication (', ')'),
+                   ({WAIT_TID}, true, 'arrival wait (', ')')) b(base, comm_only, prefix, suffix)
+  WHERE th.comm OR NOT b.comm_only
 )
 ORDER BY rank, tid, k"""
 
 
 def _kernels_sql() -> str:
-    args = "json_object('kernel_id', k.kernel_id)"
-    comm_args = ("json_object('kernel_id', k.kernel_id, 'collective', o.collective, 'msg_bytes', o.msg_bytes, "
+    comm_args = ("json_object('kernel_id', kt.kernel_id, 'collective', o.collective, 'msg_bytes', o.msg_bytes, "
                  "'pg_name', coalesce(o.pg_name, o.comm_id), 'seq', o.seq, 'instance_key', so.instance_key)")
+    args = (f"CASE WHEN kt.kernel_class = 'communication' THEN {comm_args} "
+            "ELSE json_object('kernel_id', kt.kernel_id) END")
     return _ALIGN + f"""
-, ev AS (
-  SELECT k.rank, k.start_ns - coalesce(off.off, 0) - origin.t0 AS t, k.end_ns - k.start_ns AS d, s.tid, k.kernel_id,
-         k.name, k.kernel_class,
-         CASE WHEN k.kernel_class = 'communication' THEN {comm_args} ELSE {args} END AS a
-  FROM kernels k JOIN streams s ON s.rank = k.rank AND s.stream_id IS NOT DISTINCT FROM k.stream_id
-  LEFT JOIN off ON off.rank = k.rank CROSS JOIN origin
-  LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id
-  LEFT JOIN _skew_ops so ON so.kernel_id = k.kernel_id
-)
-SELECT '{{"ph":"X","name":' || to_json(name) || ',"cat":' || to_json(kernel_class) || ',"pid":' || rank
-       || ',"tid":' || tid || ',"ts":' || {_us('t')} || ',"dur":' || {_us('d')} || ',"args":' || a || '}}'
-FROM ev ORDER BY rank, t, kernel_id"""
+SELECT {_slice('kt.name', 'kt.kernel_class', 'kt.rank', 'kt.tid', 'kt.t', 'kt.d', args)}
+FROM kt LEFT JOIN comm_ops o ON o.kernel_id = kt.kernel_id LEFT JOIN _skew_ops so ON so.kernel_id = kt.kernel_id
+ORDER BY kt.rank, kt.t, kt.kernel_id"""
 
 
 def _flows_sql() -> str:
@@ -96,10 +108,9 @@ def _flows_sql() -> str:
     return _ALIGN + f"""
 , m AS (SELECT instance_key, collective FROM comm_transfer() WHERE transfer_source = 'matched'),
 per_rank AS (
-  SELECT so.instance_key, m.collective, so.rank, s.tid, so.start_ns - origin.t0 AS t,
-         row_number() OVER (PARTITION BY so.instance_key, so.rank ORDER BY so.start_ns, so.kernel_id) AS nth
-  FROM _skew_ops so JOIN m USING (instance_key) JOIN kernels k USING (kernel_id)
-  JOIN streams s ON s.rank = k.rank AND s.stream_id IS NOT DISTINCT FROM k.stream_id CROSS JOIN origin
+  SELECT so.instance_key, m.collective, so.rank, kt.tid, kt.t,
+         row_number() OVER (PARTITION BY so.instance_key, so.rank ORDER BY kt.t, so.kernel_id) AS nth
+  FROM _skew_ops so JOIN m USING (instance_key) JOIN kt USING (kernel_id)
 ), firsts AS (
   SELECT *, row_number() OVER (PARTITION BY instance_key ORDER BY t, rank) AS arrival FROM per_rank WHERE nth = 1
 ), pairs AS (
@@ -125,26 +136,20 @@ def _exposure_sql() -> str:
          json_group_object(cause, exposed_ns) AS by_cause, any_value(kernel_exposed_ns) AS kernel_exposed_ns
   FROM exposed_comm_by_kernel() WHERE exposed_ns > 0 GROUP BY kernel_id
 ), ev AS (
-  SELECT k.rank, s.tid + {EXPOSED_TID} AS tid, k.start_ns - coalesce(off.off, 0) - origin.t0 AS t,
-         k.end_ns - k.start_ns AS d, k.kernel_id, c.causes AS name, 'exposed_communication' AS cat,
-         json_object('kernel_id', k.kernel_id, 'kernel_exposed_ns', c.kernel_exposed_ns,
+  SELECT kt.rank, kt.tid + {EXPOSED_TID} AS tid, kt.t, kt.d, kt.kernel_id, c.causes AS name,
+         'exposed_communication' AS cat,
+         json_object('kernel_id', kt.kernel_id, 'kernel_exposed_ns', c.kernel_exposed_ns,
                      'exposed_ns_by_cause', c.by_cause) AS a
-  FROM c JOIN kernels k USING (kernel_id)
-  JOIN streams s ON s.rank = k.rank AND s.stream_id IS NOT DISTINCT FROM k.stream_id
-  LEFT JOIN off ON off.rank = k.rank CROSS JOIN origin
+  FROM c JOIN kt USING (kernel_id)
   UNION ALL
-  SELECT k.rank, s.tid + {WAIT_TID}, k.start_ns - coalesce(off.off, 0) - origin.t0,
-         least(w.wait_ns, k.end_ns - k.start_ns), k.kernel_id, 'waiting for rank ' || w.last_arriving_rank,
-         'arrival_wait',
-         json_object('kernel_id', k.kernel_id, 'wait_ns', w.wait_ns, 'last_arriving_rank', w.last_arriving_rank,
+  SELECT kt.rank, kt.tid + {WAIT_TID}, kt.t, least(w.wait_ns, kt.d), kt.kernel_id,
+         'waiting for rank ' || w.last_arriving_rank, 'arrival_wait',
+         json_object('kernel_id', kt.kernel_id, 'wait_ns', w.wait_ns, 'last_arriving_rank', w.last_arriving_rank,
                      'instance_key', w.instance_key)
-  FROM _skew_kernel_waits w JOIN kernels k USING (kernel_id)
-  JOIN streams s ON s.rank = k.rank AND s.stream_id IS NOT DISTINCT FROM k.stream_id
-  LEFT JOIN off ON off.rank = k.rank CROSS JOIN origin
+  FROM _skew_kernel_waits w JOIN kt USING (kernel_id)
   WHERE w.wait_ns > 0
 )
-SELECT '{{"ph":"X","name":' || to_json(name) || ',"cat":"' || cat || '","pid":' || rank || ',"tid":' || tid
-       || ',"ts":' || {_us('t')} || ',"dur":' || {_us('d')} || ',"args":' || a || '}}'
+SELECT {_slice('name', 'cat', 'rank', 'tid', 't', 'd', 'a')}
 FROM ev ORDER BY rank, tid, t, kernel_id"""
 
 
