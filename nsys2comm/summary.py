@@ -44,9 +44,11 @@ exposed_by_cause           [{cause, exposed_ns, share_pct}] why communication wa
                            communication kernels each count, so its total can exceed exposed_comm_ns; share_pct is
                            of that total. In a single-rank job arrival skew cannot be seen: ``missing`` says so
                            (exposed_comm_causes.late_ranks_visible)
-gemm_contention            {slowdown_pct, lost_ns, measured_groups}: GEMMs under communication against alone, in the
-                           same steps (gemm_contention's job row, T3's contention); null when no shape has enough
-                           samples on both sides
+gemm_contention            {slowdown_pct, lost_ns, measured_groups, mixed_groups}: GEMMs under communication against
+                           alone, in the same steps (gemm_contention's job row, T3's contention): slowdown_pct is
+                           the time-weighted median over the measured groups (within their range), lost_ns their
+                           sum; mixed_groups were left out (durations of different work, 'mixed_shapes'); null when
+                           no group has enough samples on both sides
 serialised_pairs           {pairs, headroom_ns}: producer GEMM → exposed collective pairs run back to back, and the
                            summed T3 headroom of a tile-by-tile overlap after contention (serialised_pairs);
                            headroom_ns null when no GEMM slowdown could be measured
@@ -125,7 +127,7 @@ COLUMNS = {
     DEGREES: ("kind", "degree", "groups", "confidence", "source", "evidence"),
     VOLUME: ("step_ord", "step_no", "kind", "collective", "scheme", "degree", "predicted_bytes", "measured_bytes",
              "ratio", "verdict", "reason"),
-    CONTENTION: ("scope", "kernels", "slowdown_pct", "lost_ns", "status"),
+    CONTENTION: ("scope", "kernels", "slowdown_pct", "lost_ns", "measured_groups", "mixed_groups", "status"),
     PAIRS: ("headroom_ns",),
 }
 
@@ -322,12 +324,16 @@ def _contention(s: dict, con, missing: list[str]) -> None:
         return
     cont = _query(con, CONTENTION, missing)
     if cont is not None:
-        job = cont.filter((pl.col("scope") == "job") & (pl.col("status") == "measured"))
-        if job.height:
-            r = job.row(0, named=True)
-            groups = cont.filter((pl.col("scope") == "shape_group") & (pl.col("status") == "measured")).height
+        job = cont.filter(pl.col("scope") == "job")
+        r = job.row(0, named=True) if job.height else None
+        if r is not None and r["status"] == "measured":
             s["gemm_contention"] = {"slowdown_pct": r["slowdown_pct"], "lost_ns": _int(r["lost_ns"]),
-                                    "measured_groups": groups}
+                                    "measured_groups": _int(r["measured_groups"]),
+                                    "mixed_groups": _int(r["mixed_groups"])}
+        elif r is not None and r["status"] == "mixed_shapes":
+            not_available(s, "gemm_contention", f"the {_int(r['mixed_groups'])} GEMM group(s) with enough samples "
+                                                "mix durations of different work (mixed_shapes); record shapes "
+                                                "(record_shapes=True) to group GEMMs by problem size")
         else:
             not_available(s, "gemm_contention", "no GEMM shape has enough kernels both alone and under "
                                                 "communication in the same steps")
@@ -507,8 +513,11 @@ def format_summary(s: dict) -> str:
             f"{c['cause'].replace('_', ' ')} {pct(c['share_pct'], 1)}" for c in s["exposed_by_cause"]) + caveat)
     if s.get("gemm_contention"):
         c = s["gemm_contention"]
-        lines.append(f"GEMM contention: {pct(c['slowdown_pct'], 1)} slower beside communication, "
-                     f"{duration(c['lost_ns'])} lost ({c['measured_groups']} shape(s) measured)")
+        mixed = f"; {c['mixed_groups']} mixed group(s) left out" if c.get("mixed_groups") else ""
+        v = c["slowdown_pct"]
+        how = f"{pct(v, 1)} longer" if v >= 0 else f"{pct(-v, 1)} shorter"
+        lines.append(f"GEMM contention: median {how} beside communication (time-weighted over "
+                     f"{c['measured_groups']} measured group(s){mixed}), {duration(c['lost_ns'])} lost")
     if s.get("serialised_pairs"):
         sp = s["serialised_pairs"]
         lines.append(f"serialised GEMM → collective pairs: {sp['pairs']}, T3 headroom {duration(sp['headroom_ns'])}")

@@ -44,6 +44,10 @@ _KIND = {
 _COMM_CPU_PREFIX = ("record_param_comms", "c10d::", "nccl:", "gloo:", "ProfilerStep", "_c10d_functional::",
                     "c10d_functional::", "symm_mem::")
 _COMM_ANNOTATION_PREFIX = ("nccl:", "gloo:")
+# matrix-multiply CPU ops kept (with 'Input Dims'/'Input type' under record_shapes=True) for queries/gemm/gemm.sql:
+# each GEMM kernel gets the problem shape of the op whose range encloses its launch
+GEMM_CPU_OPS = frozenset({"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                          "aten::linear", "aten::_scaled_mm", "aten::mv"})
 # the same rule as SQL is_comm_kernel_name (classify.sql); used only to decide which kernels get staged args
 _COMM_KERNEL_RE = re.compile(
     r"^(nccl|rccl)|multimem_|one_shot_all_reduce|two_shot_all_reduce|symm_mem|cross_device_reduce|"
@@ -182,7 +186,7 @@ class _State:
                 name = e.name
                 if name is None:
                     name = ""
-                elif kind == 8 and not name.startswith(_COMM_CPU_PREFIX):
+                elif kind == 8 and not name.startswith(_COMM_CPU_PREFIX) and name not in GEMM_CPU_OPS:
                     continue  # most CPU ops: dropped before anything else is read
                 t = e.ts
                 if t is None:

@@ -258,11 +258,36 @@ def volume_findings(df: pl.DataFrame) -> list[Finding]:
     return out
 
 
+@consumes(gemm_contention=("scope", "slowdown_pct", "lost_ns", "measured_groups", "mixed_groups", "status"))
+def contention_findings(df: pl.DataFrame) -> list[Finding]:
+    """GEMM contention from the job row only: its time-weighted median slowdown lies within the measured groups'
+    range; groups of mixed durations are named as left out, never averaged in."""
+    job = df.filter(pl.col("scope") == "job")
+    if not job.height:
+        return []
+    r = job.row(0, named=True)
+    mixed = r["mixed_groups"] or 0
+    left_out = (f"; {mixed} group(s) whose durations mix different work were left out" if mixed else "")
+    if r["status"] != "measured" or not is_num(r["slowdown_pct"]):
+        if mixed:
+            return [Finding(f"GEMM contention could not be measured: the {mixed} GEMM group(s) with enough samples "
+                            "mix durations of different work; record shapes (record_shapes=True) to group GEMMs by "
+                            "problem size.", "chart-contention")]
+        return []
+    v = r["slowdown_pct"]
+    how = f"{pct(v)} longer" if v >= 0 else f"{pct(-v)} shorter"
+    lost = f"; contention costs {duration(r['lost_ns'])} of GEMM time" if (r["lost_ns"] or 0) > 0 else ""
+    return [Finding(f"GEMMs beside communication run a median {how} than alone (time-weighted over "
+                    f"{r['measured_groups']} measured GEMM group(s){left_out}){lost}.", "chart-contention",
+                    "warning" if v >= 10 else "info")]
+
+
 # finding function, the catalog objects it takes (in order), the section it belongs to
 FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
     (overlap_findings, ("overlap_by_rank",), "sec-overlap"),
     (breakdown_findings, ("time_breakdown_by_rank",), "sec-breakdown"),
     (exposed_cause_findings, ("exposed_comm_causes",), "sec-causes"),
+    (contention_findings, ("gemm_contention",), "sec-causes"),
     (latency_findings, ("latency_model",), "sec-latency"),
     (histogram_findings, ("msg_size_histogram",), "sec-msgsize"),
     (bandwidth_findings, ("collective_bandwidth",), "sec-busbw"),

@@ -154,10 +154,16 @@ ORDER BY rank, comm_start_ns, comm_kernel_id;
 -- @column block_x: Block size, x.
 -- @column block_y: Block size, y.
 -- @column block_z: Block size, z.
+-- @column m: GEMM problem M (gemm_contention.m), NULL without a recorded shape.
+-- @column n: GEMM problem N, NULL without a recorded shape.
+-- @column k: GEMM problem K, NULL without a recorded shape.
+-- @column batch: GEMM problem batch, NULL without a recorded shape.
+-- @column dtype: GEMM operand dtype, NULL when unknown.
 -- @column slowdown_pct: gemm_contention.slowdown_pct (%), NULL unless measured.
--- @column status: 'measured' or 'too_few_samples'.
+-- @column status: 'measured', 'too_few_samples' or 'mixed_shapes'.
 CREATE OR REPLACE VIEW _exposure_gemm_slowdown AS
-SELECT scope, short_name, grid_x, grid_y, grid_z, block_x, block_y, block_z, slowdown_pct, status
+SELECT scope, short_name, grid_x, grid_y, grid_z, block_x, block_y, block_z, m, n, k, batch, dtype, slowdown_pct,
+       status
 FROM gemm_contention();
 
 -- @macro serialised_pairs
@@ -166,8 +172,8 @@ FROM gemm_contention();
 -- the pair could reach: overlap_bound_ns = min(gemm_duration_ns, comm_duration_ns) (the most that overlapping
 -- two back-to-back kernels can hide), minus the contention it would cost, contention_ns = overlap_bound_ns ×
 -- slowdown_pct / 100, with the GEMM slowdown measured by gemm_contention() (default thresholds): the GEMM's own
--- shape group when measured (slowdown_source 'shape_group'), else the job row's time-weighted slowdown of the
--- measured groups ('job'), else none: slowdown, contention and headroom are then NULL, never assumed 0.
+-- group (kernel, launch shape and recorded problem) when measured (slowdown_source 'shape_group'), else the job
+-- row's time-weighted median slowdown of the measured groups ('job'), else none: slowdown, contention and headroom are then NULL, never assumed 0.
 -- A measured speed-up (slowdown_pct < 0) counts as no contention; a slowdown above 100 % gives a negative
 -- headroom (overlapping would cost more than it hides).
 -- @param back_to_back_ns: Largest gap (ns) between the producer GEMM's end and the collective's start for the pair
@@ -202,8 +208,11 @@ WITH _exposure_gc AS (
          CASE WHEN s.status = 'measured' THEN 'shape_group'
               WHEN (SELECT count(*) FROM _exposure_job) > 0 THEN 'job' END AS slowdown_source
   FROM _exposure_producer_rows() p
+  LEFT JOIN _exposure_gemm_coverage pg ON pg.kernel_id = p.gemm_kernel_id  -- the producer's recorded problem
   LEFT JOIN _exposure_gc s
     ON s.scope = 'shape_group' AND s.short_name = p.gemm_short_name
+   AND s.m IS NOT DISTINCT FROM pg.m AND s.n IS NOT DISTINCT FROM pg.n AND s.k IS NOT DISTINCT FROM pg.k
+   AND s.batch IS NOT DISTINCT FROM pg.batch AND s.dtype IS NOT DISTINCT FROM pg.dtype
    AND s.grid_x IS NOT DISTINCT FROM p.gemm_grid_x AND s.grid_y IS NOT DISTINCT FROM p.gemm_grid_y
    AND s.grid_z IS NOT DISTINCT FROM p.gemm_grid_z AND s.block_x IS NOT DISTINCT FROM p.gemm_block_x
    AND s.block_y IS NOT DISTINCT FROM p.gemm_block_y AND s.block_z IS NOT DISTINCT FROM p.gemm_block_z
