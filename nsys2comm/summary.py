@@ -30,15 +30,20 @@ worst_collective           {collective, msg_bytes, msg_bytes_hi, group_size, gro
                            for a trace that records no process group
 p2p                        {small_msg_share_pct, small_msg_bytes, threshold_rule, alpha_us, beta_gbps, n_half_bytes,
                            fit_quality, n_ops, small_ops}: matched send/recv (latency_model row 'p2p'): share of
-                           p2p transfer time in messages below small_msg_bytes (n½ = α·β of the fit, or 64 KiB when
-                           threshold_rule is 'fallback_64KiB'), and the fit transfer = α + bytes/β
-latency_bound_pct          share of sized communication transfer time (waiting excluded) in operations below n½ of
-                           their (collective, group size) model, % (latency_bound_total)
+                           p2p transfer time in messages below small_msg_bytes (n½ = α·β of an 'ok' fit; both null
+                           otherwise), and the fit transfer = α + bytes/β
+latency_bound_pct          share of sized transfer time (waiting excluded) in operations below n½ of their
+                           (collective, group size) α-β model, over models whose fit is 'ok' only, %
+                           (latency_bound_total); null with the reason in ``missing`` when no fit is 'ok' or the
+                           fits cover < 10 % of communication time
+latency_bound_covered_comm_pct  share of communication kernel time that latency_bound_pct and coalescing_saving_ms
+                           cover (the 'ok' fits' sized matched instances), % (latency_bound_total.covered_comm_pct)
 coalescing_saving_ms       transfer time saved if latency-bound operations were sent as operations of size n½
-                           (α-β model), ms
-latency_models             [{collective, group_size, instances, alpha_us, beta_gbps, n_half_bytes, fit_quality,
-                           latency_bound_pct, coalescing_saving_ms}] one per (collective, group size), 'p2p' for
-                           matched send/recv (latency_model)
+                           ('ok' α-β fits only), ms
+latency_models             [{collective, group_size, transfer_source, instances, alpha_us, beta_gbps, n_half_bytes,
+                           fit_quality, latency_bound_pct, coalescing_saving_ms, covered_comm_pct}] one per
+                           (collective, group size), 'p2p' for matched send/recv (latency_model); α, β shown for
+                           'ok' and rejected fits alike, only 'ok' ones are used
 exposed_by_cause           [{cause, exposed_ns, share_pct}] why communication was exposed (exposed_comm_causes, summed
                            over the job, largest first); exposed_ns sums comm_kernels.exposed_ns, where concurrent
                            communication kernels each count, so its total can exceed exposed_comm_ns; share_pct is
@@ -115,10 +120,10 @@ COLUMNS = {
     BANDWIDTH: ("collective", "group_size", "group_size_assumed", "spans_hosts", "bucket_lo_bytes", "bucket_hi_bytes",
                 "ops", "matched_ops", "total_ns", "headline_algbw_gbps", "headline_busbw_gbps", "bandwidth_basis",
                 "peak_busbw_gbps", "busbw_pct_of_peak", "bandwidth_check"),
-    LATENCY: ("collective", "group_size", "instances", "alpha_us", "beta_gbps", "n_half_bytes", "fit_quality",
-              "latency_bound_pct", "coalescing_saving_ns", "small_threshold_bytes", "threshold_rule",
-              "below_threshold_ops"),
-    LATENCY_TOTAL: ("latency_bound_pct", "coalescing_saving_ns"),
+    LATENCY: ("collective", "group_size", "transfer_source", "instances", "alpha_us", "beta_gbps", "n_half_bytes",
+              "fit_quality", "latency_bound_pct", "coalescing_saving_ns", "small_threshold_bytes", "threshold_rule",
+              "below_threshold_ops", "covered_comm_pct"),
+    LATENCY_TOTAL: ("latency_bound_pct", "coalescing_saving_ns", "covered_comm_pct", "not_evaluated_reason"),
     WAIT: ("rank", "collectives", "total_wait_ns", "times_arrived_last", "straggler_rank_order",
            "arrived_last_p_value", "is_straggler"),
     SKEW: ("start_skew_ns",),
@@ -134,7 +139,8 @@ COLUMNS = {
 SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "sources", "gpu_busy_ns", "comm_ns",
                 "comm_share_pct", "overlap_pct", "exposed_comm_ns", "exposed_comm_pct", "worst_rank",
                 "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "latency_bound_pct",
-                "coalescing_saving_ms", "latency_models", "exposed_by_cause", "gemm_contention", "serialised_pairs",
+                "latency_bound_covered_comm_pct", "coalescing_saving_ms", "latency_models", "exposed_by_cause",
+                "gemm_contention", "serialised_pairs",
                 "max_skew_ms", "stragglers", "parallel_layout", "volume_check", "failed_files", "missing",
                 "thresholds", "ok"]
 DIGITS = 6  # every float in the summary: 6 significant digits (one precision for every key)
@@ -260,19 +266,22 @@ def _worst_collective(s: dict, con, missing: list[str]) -> None:
 
 
 def _latency(s: dict, con, missing: list[str]) -> None:
-    """Latency-bound communication (latency_model: n½ is the rule for "small", 64 KiB a labelled fallback)."""
+    """Latency-bound communication (latency_model, latency_bound_total): shares and savings come from 'ok' α-β fits
+    only, with the share of communication time they cover; otherwise null, and ``missing`` says why."""
     models = _query(con, LATENCY, missing)
     total = _query(con, LATENCY_TOTAL, missing)
-    if total is not None and total.height:
-        t = total.row(0, named=True)
+    t = total.row(0, named=True) if total is not None and total.height else None
+    if t:
         s["latency_bound_pct"] = t["latency_bound_pct"]
+        s["latency_bound_covered_comm_pct"] = t["covered_comm_pct"]
         s["coalescing_saving_ms"] = ns_to(t["coalescing_saving_ns"], "ms")
     if models is not None and models.height:
         s["latency_models"] = [
-            {"collective": r["collective"], "group_size": r["group_size"], "instances": r["instances"],
-             "alpha_us": r["alpha_us"], "beta_gbps": r["beta_gbps"], "n_half_bytes": r["n_half_bytes"],
-             "fit_quality": r["fit_quality"], "latency_bound_pct": r["latency_bound_pct"],
-             "coalescing_saving_ms": ns_to(r["coalescing_saving_ns"], "ms")}
+            {"collective": r["collective"], "group_size": r["group_size"], "transfer_source": r["transfer_source"],
+             "instances": r["instances"], "alpha_us": r["alpha_us"], "beta_gbps": r["beta_gbps"],
+             "n_half_bytes": r["n_half_bytes"], "fit_quality": r["fit_quality"],
+             "latency_bound_pct": r["latency_bound_pct"],
+             "coalescing_saving_ms": ns_to(r["coalescing_saving_ns"], "ms"), "covered_comm_pct": r["covered_comm_pct"]}
             for r in models.iter_rows(named=True)]
         p2p = models.filter(pl.col("collective") == "p2p")
         if p2p.height:
@@ -282,12 +291,28 @@ def _latency(s: dict, con, missing: list[str]) -> None:
                         "alpha_us": row["alpha_us"], "beta_gbps": row["beta_gbps"],
                         "n_half_bytes": row["n_half_bytes"], "fit_quality": row["fit_quality"],
                         "n_ops": row["instances"], "small_ops": row["below_threshold_ops"]}
-    if s.get("latency_bound_pct") is None and s["ranks"]:
-        why = ("no matched communication" if total is None or not total.height
-               else "no message sizes: re-export with sizes (see latency_model.note)")
-        not_available(s, "latency_bound_pct", why)
-    if s.get("coalescing_saving_ms") is None and s["ranks"]:
-        not_available(s, "coalescing_saving_ms", "no α-β fit (needs sizes and two or more distinct sizes)")
+    if s["ranks"] and (s.get("latency_bound_pct") is None or s.get("coalescing_saving_ms") is None):
+        why = _latency_why(t, models)
+        if s.get("latency_bound_pct") is None:
+            not_available(s, "latency_bound_pct", why)
+        if s.get("coalescing_saving_ms") is None:
+            not_available(s, "coalescing_saving_ms", why)
+
+
+def _latency_why(t: dict | None, models: pl.DataFrame | None) -> str:
+    """Why the latency-bound share is null, in words (latency_bound_total.not_evaluated_reason)."""
+    reason = t["not_evaluated_reason"] if t else "no_matched_transfers"
+    if reason == "coverage_below_10pct":
+        return (f"the 'ok' α-β fits cover only {pct(t['covered_comm_pct'], 1)} of communication kernel time, "
+                "too little for a job-wide share")
+    if reason == "no_sizes":
+        return "no message sizes: re-export with sizes (see latency_model.note)"
+    if reason == "no_ok_fit" or (reason is None and models is not None):
+        quality = ", ".join(sorted({f"{r['collective']}: {r['fit_quality']}" for r in models.iter_rows(named=True)}
+                                   if models is not None else []))
+        return f"no α-β fit is 'ok' ({quality}; latency_model.fit_quality)"
+    return ("no instance was matched on its complete group (a single-rank job or partial groups): kernel durations "
+            "include waiting for peers, so there is no α-β fit")
 
 
 def _skew(s: dict, con, missing: list[str]) -> None:
@@ -418,7 +443,8 @@ THRESHOLDS = {
     "max_exposed_comm_pct": ("exposed_comm_pct", "max", "exposed communication (% of GPU-busy time)"),
     "min_overlap_pct": ("overlap_pct", "min", "communication overlapped by compute (%)"),
     "max_small_p2p_pct": ("p2p.small_msg_share_pct", "max", "small-message share of p2p operations (%)"),
-    "max_latency_bound_pct": ("latency_bound_pct", "max", "latency-bound share of communication time (%)"),
+    "max_latency_bound_pct": ("latency_bound_pct", "max", "latency-bound share of the transfer time of 'ok' α-β "
+                                                          "fits (%)"),
     "max_skew_ms": ("max_skew_ms", "max", "largest collective arrival skew (ms)"),
 }
 
@@ -494,18 +520,7 @@ def format_summary(s: dict) -> str:
                      f" = {duration(w['total_ns'])}{bw}")
     else:
         lines.append("worst collective: n/a")
-    p = s.get("p2p")
-    if p:
-        alpha = "n/a" if p.get("alpha_us") is None else f"{p['alpha_us']:.1f} µs"
-        beta = "" if p.get("beta_gbps") is None else f", β {p['beta_gbps']:.1f} GB/s"
-        lines.append(f"point-to-point: {pct(p.get('small_msg_share_pct'), 1)} of p2p time in messages <= "
-                     f"{size(p.get('small_msg_bytes'))}; latency α {alpha}{beta}")
-    else:
-        lines.append("point-to-point: n/a")
-    if s.get("latency_bound_pct") is not None:
-        save = s.get("coalescing_saving_ms")
-        lines.append(f"latency-bound: {pct(s['latency_bound_pct'], 1)} of communication transfer time below n½"
-                     + ("" if save is None else f"; coalescing would save {save:.3f} ms"))
+    lines += _latency_lines(s)
     if s.get("exposed_by_cause"):
         caveat = " (single-rank job: waiting for other ranks is not seen as arrival skew)" \
             if SKEW_HIDDEN in s["missing"] else ""
@@ -538,6 +553,28 @@ def format_summary(s: dict) -> str:
         val = "n/a" if t["value"] is None else f"{t['value']:g}"
         lines.append(f"threshold {t['name'].replace('_', '-')} {t['limit']:g}: {status} (value {val})")
     return "\n".join(lines)
+
+
+def _latency_lines(s: dict) -> list[str]:
+    """The point-to-point and the latency-bound lines ("not evaluated" where the share is null)."""
+    lines = []
+    p = s.get("p2p")
+    if p:
+        alpha = "n/a" if p.get("alpha_us") is None else f"{p['alpha_us']:.1f} µs"
+        beta = "" if p.get("beta_gbps") is None else f", β {p['beta_gbps']:.1f} GB/s"
+        share = (f"{pct(p['small_msg_share_pct'], 1)} of p2p time in messages <= {size(p.get('small_msg_bytes'))}"
+                 if p.get("small_msg_share_pct") is not None else "small-message share not evaluated")
+        lines.append(f"point-to-point: {share}; latency α {alpha}{beta} (fit: {p.get('fit_quality')})")
+    else:
+        lines.append("point-to-point: n/a")
+    if s.get("latency_bound_pct") is not None:
+        save = s.get("coalescing_saving_ms")
+        lines.append(f"latency-bound: {pct(s['latency_bound_pct'], 1)} of transfer time below n½ of the 'ok' α-β fits "
+                     f"(covering {pct(s.get('latency_bound_covered_comm_pct'), 1)} of communication time)"
+                     + ("" if save is None else f"; coalescing would save {save:.3f} ms"))
+    elif s.get("ranks"):
+        lines.append("latency-bound: not evaluated (see missing: latency_bound_pct)")
+    return lines
 
 
 def _volume_lines(s: dict) -> list[str]:

@@ -136,14 +136,20 @@ def test_report_objects_return_integer_nanoseconds(job):
 # ---------------------------------------------------------------------------------------------------------------
 # Item 7: findings that say things that are so
 
-MODEL_ROW = dict(collective="all_reduce", group_size=8, sized_instances=100, sized_transfer_ns=1_000_000,
-                 threshold_rule="n_half", below_threshold_ops=60, latency_bound_ns=800_000, coalescing_saving_ns=0,
-                 alpha_us=20.0, beta_gbps=100.0, n_half_bytes=2_000_000, fit_quality="ok", total_transfer_ns=2_000_000,
-                 latency_floor_ns=15_000)
+MODEL_ROW = dict(collective="all_reduce", group_size=8, transfer_source="matched", sized_instances=100,
+                 alpha_us=20.0, beta_gbps=100.0, beta_busbw_gbps=175.0, peak_busbw_gbps=900.0,
+                 n_half_bytes=2_000_000, fit_quality="ok", total_transfer_ns=2_000_000, latency_floor_ns=15_000,
+                 duration_incl_wait_p50_ns=40_000, instances=100)
+TOTAL_ROW = dict(latency_bound_pct=80.0, below_threshold_ops=60, fitted_instances=100, fitted_transfer_ns=1_000_000,
+                 coalescing_saving_ns=0, covered_comm_pct=90.0)
 
 
 def _model(**changes) -> pl.DataFrame:
     return pl.DataFrame([MODEL_ROW | changes])
+
+
+def _total(**changes) -> pl.DataFrame:
+    return pl.DataFrame([TOTAL_ROW | changes])
 
 
 def _small(fs) -> list[str]:
@@ -151,16 +157,19 @@ def _small(fs) -> list[str]:
 
 
 def test_small_message_finding_uses_sized_operations_and_says_no_only():
-    (text,) = _small(findings.latency_findings(_model()))
-    assert "60% of sized communication operations (60 of 100)" in text and "80% of sized transfer time" in text
+    (text,) = _small(findings.latency_findings(_model(), _total()))
+    assert "60% of sized communication operations with an 'ok' α-β fit (60 of 100)" in text
+    assert "80% of those operations' transfer time" in text and "cover 90% of communication kernel time" in text
     assert "only" not in text and "n½" in text and "fallback" not in text
-    (text,) = _small(findings.latency_findings(_model(threshold_rule="fallback_64KiB")))
-    assert "64 KiB" in text and "fallback" in text  # the fallback threshold is labelled as such
+    # no share (no 'ok' fit): no latency-bound sentence, and a rejected fit says it is not used
+    fs = findings.latency_findings(_model(fit_quality="implausible", beta_busbw_gbps=1000.0),
+                                   _total(latency_bound_pct=None, below_threshold_ops=None, fitted_instances=None))
+    assert not _small(fs) and "not used: fit implausible, bus bandwidth" in fs[0].text
 
 
 def test_no_finding_about_a_negligible_share():
-    assert not _small(findings.latency_findings(_model(latency_bound_ns=5_000)))  # 0.5 % of the time
-    (text,) = _small(findings.latency_findings(_model(coalescing_saving_ns=100)))
+    assert not _small(findings.latency_findings(_model(), _total(latency_bound_pct=0.5)))  # 0.5 % of the time
+    (text,) = _small(findings.latency_findings(_model(), _total(coalescing_saving_ns=100)))
     assert "would save" not in text  # saving 0.01 % is no advice
     ov = pl.DataFrame({"rank": [0, 1], "busy_ns": [10_000, 10_000], "comm_ns": [1_000, 1_000],
                        "exposed_comm_ns": [500, 400], "gemm_overlapped_ns": [0, 0]})

@@ -521,49 +521,93 @@ def step_timeline_chart(df: pl.DataFrame) -> alt.Chart:
 # Latency-bound communication
 
 
-@consumes(latency_model=("collective", "latency_floor_ns", "transfer_p50_ns", "transfer_p90_ns", "instances"),
+@consumes(latency_model=("collective", "group_size", "transfer_source", "instances", "latency_floor_ns",
+                         "transfer_p50_ns", "transfer_p90_ns", "duration_incl_wait_p10_ns",
+                         "duration_incl_wait_p50_ns", "duration_incl_wait_p90_ns", "alpha_us", "beta_gbps",
+                         "n_half_bytes", "fit_quality", "fit_min_bytes", "fit_max_bytes"),
           latency_by_size=("collective", "group_size", "msg_bytes", "instances", "transfer_p10_ns",
-                           "transfer_p50_ns", "transfer_p90_ns", "model_ns", "n_half_bytes"))
+                           "transfer_p50_ns", "transfer_p90_ns"))
 def latency_chart(model: pl.DataFrame, points: pl.DataFrame | None = None) -> alt.Chart:
-    """Log-log transfer time (median per size, p10–p90 whisker) against size per collective and p2p, with the
-    fitted α + bytes/β line and n½ marked (latency_by_size, latency_model). Without sizes: per collective, the
-    transfer-time range from the latency floor (5th percentile) to p90, median as a dot."""
+    """Log-log matched transfer time (median per size, p10–p90 whisker) against size per collective and p2p, with the
+    model curve t = α + bytes/β over each shown fit's size range (dashed: 'ok'; dotted: shown, not used) and n½ of
+    'ok' fits (latency_by_size, latency_model). Without sized matched transfers: per collective, the range of what
+    the data measure, labelled by source: transfer time from the latency floor to p90, or kernel duration p10–p90
+    with waiting included."""
     if points is None or not points.height:
-        d = model.select("collective", "instances", _in("latency_floor_ns", "us").alias("floor_us"),
-                         _in("transfer_p50_ns", "us").alias("p50_us"), _in("transfer_p90_ns", "us").alias("p90_us"))
-        base = alt.Chart(d).encode(y=alt.Y("collective:N", title=None))
-        return alt.layer(
-            base.mark_rule().encode(x=alt.X("floor_us:Q", title="transfer time (µs), sizes unknown"), x2="p90_us:Q"),
-            base.mark_point(filled=True, size=60).encode(
-                x="p50_us:Q", tooltip=["collective", "instances",
-                                       alt.Tooltip("floor_us:Q", title="latency floor (µs)", format=",.1f"),
-                                       alt.Tooltip("p50_us:Q", title="median (µs)", format=",.1f"),
-                                       alt.Tooltip("p90_us:Q", title="p90 (µs)", format=",.1f")]),
-            title=_title("Transfer time per collective", "Sizes unknown: latency floor to p90 (rule), median (dot)"),
-        ).properties(width=560)
+        return _latency_ranges(model)
     d = points.select(
         (pl.col("collective") + " n=" + pl.col("group_size").cast(pl.Utf8)).alias("op"), "msg_bytes", "instances",
         pl.col("msg_bytes").cast(pl.Float64).alias("size_bytes"), _in("transfer_p10_ns", "us").alias("p10_us"),
-        _in("transfer_p50_ns", "us").alias("p50_us"), _in("transfer_p90_ns", "us").alias("p90_us"),
-        _in("model_ns", "us").alias("model_us"), "n_half_bytes")
+        _in("transfer_p50_ns", "us").alias("p50_us"), _in("transfer_p90_ns", "us").alias("p90_us"))
     x = _size_x("size_bytes:Q", "message size (bytes, log2 scale)")
     y = alt.Y("p50_us:Q", scale=alt.Scale(type="log"), title="transfer time, waiting excluded (µs)")
     base = alt.Chart(d).encode(x=x, color=alt.Color("op:N", title="operation"))
     layers = [base.mark_rule().encode(y=alt.Y("p10_us:Q", scale=alt.Scale(type="log")), y2="p90_us:Q"),
               base.mark_point(filled=True, size=50).encode(
                   y=y, tooltip=["op", "msg_bytes", "instances",
-                                alt.Tooltip("p50_us:Q", title="median (µs)", format=",.1f"),
-                                alt.Tooltip("model_us:Q", title="model (µs)", format=",.1f")])]
-    fitted = d.filter(pl.col("model_us").is_not_null())
-    if fitted.height:
-        layers.append(alt.Chart(fitted).mark_line(strokeDash=[4, 3]).encode(
-            x=x, y=alt.Y("model_us:Q", scale=alt.Scale(type="log")), color="op:N"))
-        nh = fitted.group_by("op").agg(pl.col("n_half_bytes").first().cast(pl.Float64)).sort("op")
+                                alt.Tooltip("p50_us:Q", title="median (µs)", format=",.1f")])]
+    curves = _latency_curves(model)
+    if curves.height:
+        layers.append(alt.Chart(curves).mark_line().encode(
+            x=x, y=alt.Y("model_us:Q", scale=alt.Scale(type="log")), color="op:N", detail="fit:N",
+            strokeDash=alt.StrokeDash("fit:N", title="α-β fit", scale=alt.Scale(
+                domain=["ok", "shown, not used"], range=[[6, 3], [1, 3]])),
+            tooltip=["op", "fit", alt.Tooltip("model_us:Q", title="model (µs)", format=",.1f")]))
+    nh = (model.filter((pl.col("fit_quality") == "ok") & pl.col("n_half_bytes").is_not_null())
+          .select((pl.col("collective") + " n=" + pl.col("group_size").cast(pl.Utf8)).alias("op"),
+                  pl.col("n_half_bytes").cast(pl.Float64)).sort("op"))
+    if nh.height:
         layers.append(alt.Chart(nh).mark_rule(strokeDash=[1, 2]).encode(
             x="n_half_bytes:Q", color="op:N", tooltip=["op", alt.Tooltip("n_half_bytes:Q", title="n½ (bytes)")]))
-    return alt.layer(*layers, title=_title("Transfer time against message size",
-                                           "Median (dot), p10–p90 (whisker), fit α + bytes/β (dashed), n½ (dotted)")
-                     ).properties(width=560, height=320)
+    return alt.layer(*layers, title=_title(
+        "Transfer time against message size",
+        "Median (dot), p10–p90 (whisker), model α + bytes/β over the fitted sizes (dashed: 'ok'; dotted: not used), "
+        "n½ of 'ok' fits (dotted rule)")).properties(width=560, height=320)
+
+
+def _latency_curves(model: pl.DataFrame) -> pl.DataFrame:
+    """The model t = α + bytes/β of every shown fit, 40 log-spaced sizes over its fitted range (µs)."""
+    rows = []
+    for m in model.filter(pl.col("alpha_us").is_not_null() & (pl.col("beta_gbps") > 0)).iter_rows(named=True):
+        lo, hi = float(m["fit_min_bytes"]), float(m["fit_max_bytes"])
+        fit = "ok" if m["fit_quality"] == "ok" else "shown, not used"
+        for i in range(41):
+            b = lo * (hi / lo) ** (i / 40)
+            rows.append({"op": f"{m['collective']} n={m['group_size']}", "fit": fit, "size_bytes": b,
+                         "model_us": m["alpha_us"] + b / (m["beta_gbps"] * 1e3)})
+    return pl.DataFrame(rows, schema={"op": pl.Utf8, "fit": pl.Utf8, "size_bytes": pl.Float64,
+                                      "model_us": pl.Float64}).filter(pl.col("model_us") > 0)
+
+
+def _latency_ranges(model: pl.DataFrame) -> alt.Chart:
+    """Per collective, without sized matched transfers: the matched transfer-time range (latency floor to p90), or
+    the kernel-duration range (p10–p90, waiting included) where nothing was matched; the axis says which."""
+    matched = pl.col("transfer_source") == "matched"
+    d = model.select(
+        (pl.col("collective") + pl.when(matched).then(pl.lit("")).otherwise(pl.lit(" (incl. wait)"))).alias("op"),
+        "instances", pl.when(matched).then(pl.lit("transfer time")).otherwise(
+            pl.lit("kernel duration, waiting included")).alias("source"),
+        pl.when(matched).then(_in("latency_floor_ns", "us")).otherwise(_in("duration_incl_wait_p10_ns", "us"))
+        .alias("lo_us"),
+        pl.when(matched).then(_in("transfer_p50_ns", "us")).otherwise(_in("duration_incl_wait_p50_ns", "us"))
+        .alias("p50_us"),
+        pl.when(matched).then(_in("transfer_p90_ns", "us")).otherwise(_in("duration_incl_wait_p90_ns", "us"))
+        .alias("p90_us"))
+    sources = set(d["source"].to_list())
+    axis = ("transfer time, waiting excluded (µs)" if sources == {"transfer time"} else
+            "kernel duration, waiting for peers included (µs)" if "transfer time" not in sources else
+            "transfer time, or kernel duration incl. waiting where marked (µs)")
+    base = alt.Chart(d).encode(y=alt.Y("op:N", title=None))
+    return alt.layer(
+        base.mark_rule().encode(x=alt.X("lo_us:Q", title=axis), x2="p90_us:Q"),
+        base.mark_point(filled=True, size=60).encode(
+            x="p50_us:Q", tooltip=["op", "source", "instances",
+                                   alt.Tooltip("lo_us:Q", title="floor / p10 (µs)", format=",.1f"),
+                                   alt.Tooltip("p50_us:Q", title="median (µs)", format=",.1f"),
+                                   alt.Tooltip("p90_us:Q", title="p90 (µs)", format=",.1f")]),
+        title=_title("Time per collective", "No sized matched transfers: latency floor (transfer) or p10 (duration) "
+                     "to p90 (rule), median (dot); no α-β fit"),
+    ).properties(width=560)
 
 
 @consumes(transfer_by_pair=("src_rank", "dst_rank", "instances", "transfer_p50_ns", "wait_p50_ns",

@@ -123,49 +123,66 @@ def bandwidth_findings(df: pl.DataFrame) -> list[Finding]:
     return out[:5]
 
 
-@consumes(latency_model=("collective", "group_size", "sized_instances", "sized_transfer_ns", "threshold_rule",
-                         "below_threshold_ops", "latency_bound_ns", "coalescing_saving_ns", "alpha_us", "beta_gbps",
-                         "n_half_bytes", "fit_quality", "total_transfer_ns", "latency_floor_ns"))
-def latency_findings(model: pl.DataFrame) -> list[Finding]:
-    """Latency-bound operations (below n½ of their fit, or the labelled 64 KiB fallback) among sized ones only,
-    and the fitted α, β, n½ of the three operations with the most transfer time."""
-    out = _small_message_finding(model)
-    fitted = model.filter(pl.col("alpha_us").is_not_null()).sort(["total_transfer_ns", "collective"],
-                                                                 descending=[True, False])
-    for m in fitted.head(3).iter_rows(named=True):
+@consumes(latency_model=("collective", "group_size", "transfer_source", "sized_instances", "alpha_us", "beta_gbps",
+                         "beta_busbw_gbps", "peak_busbw_gbps", "n_half_bytes", "fit_quality", "total_transfer_ns",
+                         "latency_floor_ns", "duration_incl_wait_p50_ns", "instances"),
+          latency_bound_total=("latency_bound_pct", "below_threshold_ops", "fitted_instances", "fitted_transfer_ns",
+                               "coalescing_saving_ns", "covered_comm_pct"))
+def latency_findings(model: pl.DataFrame, total: pl.DataFrame) -> list[Finding]:
+    """The job's latency-bound share ('ok' α-β fits only, latency_bound_total), the α, β, n½ of the three shown fits
+    with the most transfer time ('ok' first; a rejected fit says it is not used), else what the data do allow: the
+    latency floor of matched transfers, or the kernel duration with waiting included."""
+    out = _small_message_finding(total)
+    shown = (model.filter(pl.col("alpha_us").is_not_null())
+             .sort([pl.col("fit_quality") != "ok", pl.col("total_transfer_ns"), pl.col("collective")],
+                   descending=[False, True, False]))
+    for m in shown.head(3).iter_rows(named=True):
         alpha_ns = m["alpha_us"] * NS_PER_UNIT["us"]
         out.append(Finding(f"{m['collective']} (group of {m['group_size']}): α ≈ {duration(alpha_ns)}, "
-                           f"β ≈ {gbps(m['beta_gbps'])}, n½ ≈ {size(m['n_half_bytes'])} "
-                           f"(fit: {m['fit_quality']}, {m['sized_instances']:,} sized instances).", "sec-latency"))
-    if not fitted.height:
-        m = model.sort(["total_transfer_ns", "collective"], descending=[True, False]).row(0, named=True)
-        if is_num(m["latency_floor_ns"]):
+                           f"β ≈ {gbps(m['beta_gbps'])}, n½ ≈ {size(m['n_half_bytes'])} (fit: {m['fit_quality']}, "
+                           f"{m['sized_instances']:,} sized instances{_fit_not_used(m)}).", "sec-latency"))
+    if not shown.height:
+        m = model.sort(["instances", "collective"], descending=[True, False]).row(0, named=True)
+        if m["transfer_source"] == "matched" and is_num(m["latency_floor_ns"]):
             out.append(Finding(f"No α-β fit ({m['fit_quality']}); the latency floor of {m['collective']} is "
-                               f"{duration(m['latency_floor_ns'])} (5th percentile transfer time).", "sec-latency"))
+                               f"{duration(m['latency_floor_ns'])} (5th percentile transfer time, waiting excluded).",
+                               "sec-latency"))
+        elif is_num(m["duration_incl_wait_p50_ns"]):
+            out.append(Finding(f"No α-β fit: no {m['collective']} was matched on its complete group "
+                               f"({m['transfer_source'].replace('_', ' ')}), so its median kernel duration of "
+                               f"{duration(m['duration_incl_wait_p50_ns'])} includes waiting for peers and is no "
+                               "transfer time.", "sec-latency"))
     return out
 
 
-def _small_message_finding(model: pl.DataFrame) -> list[Finding]:
-    sized_ops, sized_ns = _sum(model, "sized_instances"), _sum(model, "sized_transfer_ns")
-    small_ops, small_ns = _sum(model, "below_threshold_ops"), _sum(model, "latency_bound_ns")
-    if sized_ops <= 0 or sized_ns <= 0 or 100 * small_ns / sized_ns < MIN_SHARE_PCT:
+def _fit_not_used(m: dict) -> str:
+    """Why a shown fit is not used ('' for 'ok'); an implausible β names the peak it passes."""
+    if m["fit_quality"] == "ok":
+        return ""
+    why = f"; not used: fit {m['fit_quality'].replace('_', ' ')}"
+    bw, peak = m["beta_busbw_gbps"], m["peak_busbw_gbps"]
+    if is_num(bw) and is_num(peak) and bw > peak:
+        why += f", bus bandwidth {gbps(bw)} above the {gbps(peak)} peak"
+    return why
+
+
+def _small_message_finding(total: pl.DataFrame) -> list[Finding]:
+    """latency_bound_total as one sentence, with the share of communication time it covers. A warning only when the
+    share is large and the 'ok' fits cover at least half of the communication time."""
+    t = total.row(0, named=True)
+    share, fitted = t["latency_bound_pct"], t["fitted_instances"]
+    if not is_num(share) or share < MIN_SHARE_PCT or not fitted:
         return []
-    rules = model.filter(pl.col("threshold_rule").is_not_null())["threshold_rule"]
-    fallback = int((rules == "fallback_64KiB").sum())
-    if fallback == len(rules):
-        rule = "smaller than 64 KiB (a fallback threshold: no operation has a usable α-β fit)"
-    else:
-        rule = "smaller than n½ = α·β of their operation's fit"
-        if fallback:
-            rule += f" (64 KiB fallback for the {fallback} of {len(rules)} operation types without a usable fit)"
-    time_share = 100 * small_ns / sized_ns
-    text = (f"{pct(100 * small_ops / sized_ops)} of sized communication operations ({small_ops:,.0f} of "
-            f"{sized_ops:,.0f}) are latency-bound, {rule}; they take {pct(time_share)} of sized transfer time "
-            "(waiting excluded).")
-    saving = _sum(model, "coalescing_saving_ns")
-    if 100 * saving / sized_ns >= MIN_SHARE_PCT:
+    small_ops = t["below_threshold_ops"] or 0
+    text = (f"{pct(100 * small_ops / fitted)} of sized communication operations with an 'ok' α-β fit "
+            f"({small_ops:,.0f} of {fitted:,.0f}) are latency-bound, smaller than n½ = α·β of their operation's fit; "
+            f"they take {pct(share)} of those operations' transfer time (waiting excluded). The fits cover "
+            f"{pct(t['covered_comm_pct'])} of communication kernel time.")
+    saving = t["coalescing_saving_ns"]
+    if is_num(saving) and t["fitted_transfer_ns"] and 100 * saving / t["fitted_transfer_ns"] >= MIN_SHARE_PCT:
         text += f" Sending the same bytes in operations of at least n½ would save about {duration(saving)}."
-    return [Finding(text, "sec-latency", "warning" if time_share >= WARN_PCT else "info")]
+    warn = share >= WARN_PCT and is_num(t["covered_comm_pct"]) and t["covered_comm_pct"] >= 50
+    return [Finding(text, "sec-latency", "warning" if warn else "info")]
 
 
 @consumes(rank_wait=("rank", "collectives", "times_arrived_last", "arrived_last_pct", "chance_last_pct",
@@ -288,7 +305,7 @@ FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
     (breakdown_findings, ("time_breakdown_by_rank",), "sec-breakdown"),
     (exposed_cause_findings, ("exposed_comm_causes",), "sec-causes"),
     (contention_findings, ("gemm_contention",), "sec-causes"),
-    (latency_findings, ("latency_model",), "sec-latency"),
+    (latency_findings, ("latency_model", "latency_bound_total"), "sec-latency"),
     (histogram_findings, ("msg_size_histogram",), "sec-msgsize"),
     (bandwidth_findings, ("collective_bandwidth",), "sec-busbw"),
     (straggler_findings, ("rank_wait",), "sec-skew"),
