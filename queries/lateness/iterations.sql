@@ -1,0 +1,125 @@
+-- @include overlap/timeline.sql
+-- Iterations per rank, with or without step markers (tier of the tests: tests/test_iterations.py, tier 2 and 3).
+-- iteration_source:
+--   'marker'        the rank's step markers (_overlap_steps: Kineto ProfilerStep#N, else NVTX 'step N',
+--                   'iteration N', 'iter N', 'train_step N', 'ProfilerStep#N'), one iteration per marker range;
+--   'detected'      no marker on the rank: the repeating unit of its communication and GEMM kernel names;
+--   'whole_capture' neither: the rank's whole capture is one iteration.
+-- Detection (per rank without markers):
+--   1. The sequence: the rank's communication and GEMM kernels (kernel_class 'communication' or 'gemm') on one
+--      stream, in start order, each a token (its full name). One stream, the one with the most such kernels, because
+--      a stream runs its kernels in issue order: across streams two interleaved groups (say a TP all_reduce stream
+--      and a DP reduce_scatter stream) swap order from one iteration to the next with timing jitter, which breaks
+--      any exact repetition of the merged sequence.
+--   2. Candidate periods p: the distances between consecutive occurrences of the same token (an iteration's
+--      once-per-iteration kernels recur exactly p apart), the 64 most frequent, p <= n / 2.
+--   3. score(p) = share of positions i >= p whose token equals the token at i − p.
+--   4. The period: the smallest candidate whose score is >= min_score (default 0.9) and within 0.01 of the best
+--      score (the multiples 2p, 3p of the true period score as well as p; a sub-period such as one layer of a
+--      many-layer model scores lower, because it breaks at every layer boundary that is also an iteration
+--      boundary). None: the rank is 'whole_capture'.
+--   5. Warm-up: the periodic part starts at s0, the first position whose next p tokens all equal the p after them
+--      (the first run of p consecutive matches begins at s0 + p). Boundaries are s0 + k·p (k >= 1) for as long as
+--      that position holds the token of s0 (a last iteration that differs ends the series; its kernels stay in the
+--      last iteration), and s0 itself when s0 >= p / 2 (a warm-up at least half an iteration long is an iteration
+--      of its own; a shorter one joins the first iteration).
+--   6. Cross-check: ranks_agree says whether every detected rank found the same number of iterations.
+-- Known limit: a sub-period that explains >= 99 % of the sequence (a model of 100 identical layers with nothing
+-- else in the loop) is taken for the iteration; markers avoid it.
+
+-- @macro iterations
+-- Iteration boundaries per rank: from step markers, else detected from the repeating communication and GEMM kernel
+-- sequence, else the whole capture (algorithm in the description of queries/lateness/iterations.sql). Times are on
+-- the rank's own clock (the job timeline of its file, as cpu_ranges and kernels).
+-- @param min_score: Smallest share of the sequence that a detected period must explain (0..1, default 0.9).
+-- @column rank: Rank.
+-- @column iteration: 0, 1, ... in start order on the rank.
+-- @column step_no: The marker's number N (ProfilerStep#N); NULL when detected or whole_capture.
+-- @column iteration_source: 'marker', 'detected' or 'whole_capture'.
+-- @column start_ns: Iteration start (ns): the marker's start; detected: the start of the iteration's first kernel of
+-- the detected stream (iteration 0: the rank's first kernel); whole_capture: the rank's first kernel.
+-- @column end_ns: Iteration end (ns): the marker's end; detected: the next iteration's start (the last one: the
+-- rank's last kernel end); whole_capture: the rank's last kernel end.
+-- @column first_kernel_id: detected: the boundary kernel (the anchor token's kernel) starting the iteration, NULL
+-- for iteration 0 and for the other sources.
+-- @column period_kernels: detected: kernels of the detected stream per iteration (p); else NULL.
+-- @column period_score_pct: detected: 100 × score(p); else NULL.
+-- @column warmup_kernels: detected: kernels of the stream before the periodic part (s0); else NULL.
+-- @column stream_id: detected: the stream whose sequence was used; else NULL.
+-- @column rank_iterations: Iterations on this rank.
+-- @column ranks_agree: detected: every detected rank found the same number of iterations; NULL for other sources.
+CREATE OR REPLACE MACRO iterations(min_score := 0.9) AS TABLE
+WITH mk AS (SELECT DISTINCT rank FROM _overlap_steps()),
+kr AS (SELECT rank, min(start_ns) AS first_ns, max(end_ns) AS last_ns FROM kernels GROUP BY rank),
+cg AS (
+  SELECT rank, stream_id, kernel_id, start_ns, name AS tok FROM kernels
+  WHERE kernel_class IN ('communication', 'gemm') AND rank NOT IN (SELECT rank FROM mk)
+), st AS (  -- the stream with the most communication and GEMM kernels (ties: the lowest stream id)
+  SELECT rank, arg_min(stream_id, (-cnt, stream_id)) AS stream_id
+  FROM (SELECT rank, stream_id, count(*) AS cnt FROM cg GROUP BY ALL) GROUP BY rank
+), seq AS (
+  SELECT cg.rank, cg.stream_id, cg.kernel_id, cg.start_ns, cg.tok,
+         row_number() OVER (PARTITION BY cg.rank ORDER BY cg.start_ns, cg.kernel_id) - 1 AS i
+  FROM cg JOIN st USING (rank, stream_id)
+), n AS (SELECT rank, count(*) AS n FROM seq GROUP BY rank
+), dist AS (SELECT rank, i - lag(i) OVER (PARTITION BY rank, tok ORDER BY i) AS p FROM seq
+), cand AS (
+  SELECT d.rank, d.p FROM dist d JOIN n USING (rank)
+  WHERE d.p IS NOT NULL AND 2 * d.p <= n.n
+  GROUP BY d.rank, d.p
+  QUALIFY row_number() OVER (PARTITION BY d.rank ORDER BY count(*) DESC, d.p) <= 64
+), m AS (  -- position i matches period p: the same token p positions earlier
+  SELECT c.rank, c.p, s.i, s.tok = b.tok AS ok
+  FROM cand c JOIN seq s ON s.rank = c.rank AND s.i >= c.p
+  JOIN seq b ON b.rank = s.rank AND b.i = s.i - c.p
+), score AS (SELECT rank, p, avg(ok::INT) AS score FROM m GROUP BY rank, p
+), pick AS (
+  SELECT rank, min(p) FILTER (WHERE score >= min_score AND score >= best - 0.01) AS p
+  FROM (SELECT *, max(score) OVER (PARTITION BY rank) AS best FROM score) GROUP BY rank
+), runs AS (  -- runs of consecutive matches for the chosen period (gaps and islands)
+  SELECT m.rank, m.p, m.i, m.ok,
+         m.i - row_number() OVER (PARTITION BY m.rank, m.ok ORDER BY m.i) AS island
+  FROM m JOIN pick USING (rank, p)
+), s0 AS (
+  SELECT rank, any_value(p) AS p, min(i0) - any_value(p) AS s0
+  FROM (SELECT rank, p, island, min(i) AS i0, count(*) AS len FROM runs WHERE ok GROUP BY ALL)
+  WHERE len >= p GROUP BY rank
+), anchor AS (SELECT s0.*, s.tok AS a FROM s0 JOIN seq s ON s.rank = s0.rank AND s.i = s0.s0
+), kb AS (  -- candidate boundaries s0 + k·p, kept up to the first that misses the anchor token
+  SELECT a.rank, a.p, a.s0, k, s.kernel_id, s.start_ns, coalesce(s.tok = a.a, false) AS hit
+  FROM anchor a, LATERAL (SELECT unnest(range(CASE WHEN 2 * a.s0 >= a.p THEN 0 ELSE 1 END,
+                                              (SELECT n FROM n WHERE n.rank = a.rank) // a.p + 1)) AS k) ks
+  LEFT JOIN seq s ON s.rank = a.rank AND s.i = a.s0 + k * a.p
+), bnd AS (
+  SELECT rank, p, s0, kernel_id, start_ns FROM kb
+  QUALIFY bool_and(hit) OVER (PARTITION BY rank ORDER BY k ROWS UNBOUNDED PRECEDING) AND start_ns IS NOT NULL
+), det AS (
+  SELECT b.rank, b.kernel_id AS first_kernel_id, b.start_ns, b.p, b.s0 FROM bnd b
+  UNION ALL  -- iteration 0 from the rank's first kernel (the warm-up, or kernels before the first boundary)
+  SELECT s0.rank, NULL, kr.first_ns, s0.p, s0.s0 FROM s0 JOIN kr USING (rank)
+  WHERE kr.first_ns < coalesce((SELECT min(start_ns) FROM bnd WHERE bnd.rank = s0.rank), kr.first_ns + 1)
+), det_rows AS (
+  SELECT d.rank, NULL::BIGINT AS step_no, 'detected' AS iteration_source, d.start_ns,
+         coalesce(lead(d.start_ns) OVER (PARTITION BY d.rank ORDER BY d.start_ns), kr.last_ns) AS end_ns,
+         d.first_kernel_id, d.p AS period_kernels, 100.0 * sc.score AS period_score_pct, d.s0 AS warmup_kernels,
+         st.stream_id
+  FROM det d JOIN kr USING (rank) JOIN st USING (rank) JOIN score sc ON sc.rank = d.rank AND sc.p = d.p
+), mark_rows AS (
+  SELECT rank, step_no, 'marker' AS iteration_source, step_start_ns AS start_ns, step_end_ns AS end_ns,
+         NULL::BIGINT AS first_kernel_id, NULL::BIGINT AS period_kernels, NULL::DOUBLE AS period_score_pct,
+         NULL::BIGINT AS warmup_kernels, NULL::BIGINT AS stream_id
+  FROM _overlap_steps()
+), whole AS (
+  SELECT kr.rank, NULL::BIGINT, 'whole_capture', kr.first_ns, kr.last_ns, NULL::BIGINT, NULL::BIGINT,
+         NULL::DOUBLE, NULL::BIGINT, NULL::BIGINT
+  FROM kr WHERE rank NOT IN (SELECT rank FROM mk) AND rank NOT IN (SELECT rank FROM det_rows)
+), allr AS (SELECT * FROM mark_rows UNION ALL SELECT * FROM det_rows UNION ALL SELECT * FROM whole
+), cnt AS (SELECT *, count(*) OVER (PARTITION BY rank) AS rank_iterations FROM allr)
+SELECT rank, (row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns) - 1)::BIGINT AS iteration, step_no,
+       iteration_source, start_ns, end_ns, first_kernel_id, period_kernels, period_score_pct::DOUBLE AS period_score_pct,
+       warmup_kernels, stream_id, rank_iterations,
+       CASE WHEN iteration_source = 'detected'
+            THEN (SELECT count(DISTINCT rank_iterations) = 1 FROM cnt c2 WHERE c2.iteration_source = 'detected') END
+         AS ranks_agree
+FROM cnt
+ORDER BY rank, iteration;

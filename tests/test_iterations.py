@@ -1,0 +1,163 @@
+"""iterations: marker, detected and whole-capture iteration boundaries on generated kernel sequences.
+
+Tier 2 (SQL on kernels written straight into the canonical tables): N identical iterations with timing jitter, with
+a warm-up, with a last iteration that differs, with two groups interleaved on two streams; the expected count and
+boundaries come from the generator, never from the product. Tier 3: markers win over detection (fixtures.synthetic).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from nsys2comm import catalog
+
+sys.path.insert(0, str(Path(__file__).parent))
+import synth_db  # noqa: E402
+
+from fixtures import synthetic as syn  # noqa: E402
+
+US = 1000
+GEMMS = [f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize{t}x128x64" for t in (64, 128, 256)]
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+RS = "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float*)"
+
+
+def _db(per_rank: dict[int, list[tuple[str, int, int]]]) -> duckdb.DuckDBPyConnection:
+    """Kernels (name, stream, start_ns) per rank, 20 µs long each."""
+    con = duckdb.connect()
+    catalog.install(con)
+    con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) "
+                "VALUES (1, '/synthetic', 'x', 0, 'kineto', 0)")
+    kid = 0
+    for r, ks in per_rank.items():
+        con.execute("INSERT INTO ranks VALUES (?, 1, ?, 'host', ?, 'cli')", [r, 100 + r, len(per_rank)])
+        rows = []
+        for name, stream, start in ks:
+            kid += 1
+            rows.append((kid, r, stream, start, start + 20 * US, name, name, kid, name))
+        con.executemany("INSERT INTO kernels (kernel_id, file_id, rank, device_id, stream_id, start_ns, end_ns, name, "
+                        "short_name, correlation_id, kernel_class) VALUES (?, 1, ?, 0, ?, ?, ?, ?, "
+                        "kernel_short_name(?), ?, kernel_class(?))", rows)
+    return con
+
+
+def _iteration(rng: random.Random, layers: int = 3) -> list[str]:
+    """One training iteration's GEMM / communication names (and elementwise kernels, which detection ignores)."""
+    out = []
+    for _ in range(layers):
+        out += [GEMMS[0], ELEMENTWISE, GEMMS[1], AR]
+    out += [GEMMS[2], AG, ELEMENTWISE]  # once per iteration: the loss and the optimizer's gather
+    return out
+
+
+def _job(iters: list[list[str]], t0: int, rng: random.Random) -> tuple[list[tuple[str, int, int]], list[int]]:
+    """Lay iterations out on one stream with jittered gaps; returns the kernels and each iteration's start."""
+    ks, starts, t = [], [], t0
+    for it in iters:
+        starts.append(t)
+        for name in it:
+            ks.append((name, 7, t))
+            t += (20 + 5 + rng.randint(0, 30)) * US
+        t += rng.randint(100, 400) * US
+    return ks, starts
+
+
+def _detected(con) -> dict[int, list[int]]:
+    rows = con.execute("SELECT rank, iteration_source, start_ns FROM iterations() ORDER BY rank, iteration").fetchall()
+    assert {r[1] for r in rows} == {"detected"}
+    out: dict[int, list[int]] = {}
+    for r, _, s in rows:
+        out.setdefault(r, []).append(s)
+    return out
+
+
+def _within_one_kernel(got: list[int], want: list[int], ks: list[tuple[str, int, int]]) -> None:
+    """Each boundary is the expected iteration start or an adjacent kernel's start."""
+    starts = sorted(s for _, _, s in ks)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert abs(starts.index(g) - starts.index(w)) <= 1, (g, w)
+
+
+@pytest.mark.parametrize("n", [2, 5, 12])
+def test_identical_iterations_with_jitter(n):
+    rng = random.Random(n)
+    per, want = {}, {}
+    for r in range(3):
+        per[r], want[r] = _job([_iteration(rng) for _ in range(n)], 10**9 + r * 37 * US, rng)
+    con = _db(per)
+    got = _detected(con)
+    for r in range(3):
+        _within_one_kernel(got[r], want[r], per[r])
+    assert con.execute("SELECT bool_and(ranks_agree), min(rank_iterations), max(rank_iterations) "
+                       "FROM iterations()").fetchone() == (True, n, n)
+
+
+def test_warmup_joins_the_first_iteration():
+    """A warm-up shorter than half an iteration (3 of 11 kernels) joins the first iteration."""
+    rng = random.Random(3)
+    warm = [GEMMS[2], GEMMS[0], AR] + _iteration(rng)  # extra kernels, then a normal iteration
+    ks, want = _job([warm] + [_iteration(rng) for _ in range(6)], 10**9, rng)
+    got = _detected(_db({0: ks}))
+    _within_one_kernel(got[0], want, ks)
+
+
+def test_warmup_iteration_of_its_own():
+    """A warm-up step unlike the others, at least half an iteration long (7 of 11 kernels), is an iteration."""
+    rng = random.Random(6)
+    warm = [GEMMS[2], AR, GEMMS[0], GEMMS[0], AG, GEMMS[1], RS]
+    ks, want = _job([warm] + [_iteration(rng) for _ in range(6)], 10**9, rng)
+    con = _db({0: ks})
+    got = _detected(con)
+    _within_one_kernel(got[0], want, ks)
+    assert con.execute("SELECT any_value(warmup_kernels), any_value(period_kernels) FROM iterations()").fetchone() \
+        == (7, 11)
+
+
+def test_last_iteration_differs():
+    rng = random.Random(4)
+    last = _iteration(rng)[:-4] + [GEMMS[1], RS, GEMMS[1], RS, GEMMS[0]]
+    ks, want = _job([_iteration(rng) for _ in range(7)] + [last], 10**9, rng)
+    got = _detected(_db({0: ks}))
+    _within_one_kernel(got[0], want, ks)
+
+
+def test_two_interleaved_groups():
+    """TP all_reduces on stream 7 with the GEMMs, DP reduce_scatters on stream 20, their start order varying."""
+    rng = random.Random(5)
+    ks, want, t = [], [], 10**9
+    for _ in range(9):
+        want.append(t)
+        for layer in range(4):
+            for name in (GEMMS[0], AR, GEMMS[1]):
+                ks.append((name, 7, t))
+                if name == AR and layer % 2:  # the DP bucket lands near the TP all_reduce, before or after it
+                    ks.append((RS, 20, t + rng.choice([-1, 1]) * rng.randint(1, 9) * US))
+                t += (30 + rng.randint(0, 20)) * US
+        ks.append((GEMMS[2], 7, t))
+        t += (60 + rng.randint(100, 300)) * US
+    con = _db({0: ks, 1: ks})
+    got = _detected(con)
+    _within_one_kernel(got[0], want, ks)
+    row = con.execute("SELECT any_value(stream_id), any_value(period_kernels) FROM iterations()").fetchone()
+    assert row == (7, 13)
+
+
+def test_markers_and_whole_capture():
+    """Ranks with ProfilerStep markers use them; a rank with too few kernels to repeat is the whole capture."""
+    run = syn.make_run(world_size=2, steps=3)
+    con = synth_db.build(run)
+    rows = con.execute("SELECT rank, iteration_source, step_no, start_ns, end_ns FROM iterations() "
+                       "ORDER BY rank, iteration").fetchall()
+    want = [(rr.rank, "marker", s.number, s.start_ns, s.end_ns) for rr in run.ranks for s in rr.steps]
+    assert rows == want
+    con2 = _db({0: [(GEMMS[0], 7, 10**9), (AR, 7, 10**9 + 50 * US)]})
+    assert con2.execute("SELECT iteration_source, start_ns, end_ns FROM iterations()").fetchall() == [
+        ("whole_capture", 10**9, 10**9 + 70 * US)]

@@ -1,0 +1,230 @@
+"""late_arrival_causes: why the last rank arrived late, on synthetic jobs with one known cause each.
+
+Tier 2: jobs written straight into the canonical tables (times in µs, stored as ns), each with its attribution
+worked out by hand in the test; a hypothesis property test that the parts add up to the segment and the shares to
+lateness_ns on random jobs. Tier 4: the bundled 8-rank example (fixtures/example): rank 7's lateness at the first
+all_to_all is host-bound, recomputed from the JSON (gzip + json).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsys2comm import catalog
+
+US = 1000
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+EXAMPLE = Path(__file__).parent.parent / "fixtures" / "example"
+SHARES = ("host_share_ns", "gpu_compute_share_ns", "queued_share_ns", "earlier_comm_share_ns", "carried_ns")
+
+
+class Job:
+    def __init__(self, ranks: int = 2):
+        self.con = duckdb.connect()
+        catalog.install(self.con)
+        self.con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) "
+                         "VALUES (1, '/synthetic', 'x', 0, 'kineto', 0)")
+        for r in range(ranks):
+            self.con.execute("INSERT INTO ranks VALUES (?, 1, ?, 'host', ?, 'cli')", [r, 100 + r, ranks])
+        self.kid = 0
+
+    def kernel(self, rank, name, start_us, end_us, launch_us=None, *, stream=7, collective=None, pg="0", seq=None):
+        self.kid += 1
+        k = self.kid
+        self.con.execute("INSERT INTO kernels (kernel_id, file_id, rank, device_id, stream_id, start_ns, end_ns, "
+                         "name, short_name, correlation_id, kernel_class) "
+                         "VALUES (?, 1, ?, 0, ?, ?, ?, ?, kernel_short_name(?), ?, kernel_class(?))",
+                         [k, rank, stream, int(start_us * US), int(end_us * US), name, name, k, name])
+        if launch_us is not None:
+            self.con.execute("INSERT INTO api_calls VALUES (?, 1, ?, ?, 1, ?, ?, 'cudaLaunchKernel', ?, 'runtime')",
+                             [k, rank, 100 + rank, int(launch_us * US), int((launch_us + 1) * US), k])
+        if collective:
+            self.con.execute("INSERT INTO comm_ops (kernel_id, file_id, rank, collective, msg_bytes, group_size, "
+                             "pg_name, seq, n_ops, collective_source) VALUES (?, 1, ?, ?, 1048576, 2, ?, ?, 1, 'test')",
+                             [k, rank, collective, pg, seq])
+
+    def rows(self):
+        cur = self.con.execute("SELECT * FROM late_arrival_causes() ORDER BY first_start_ns")
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _base(job: Job, late_rank_body) -> None:
+    """Both ranks end all_reduce #1 at 200 µs. Rank 0 (the earliest) then runs a 50 µs GEMM [210, 260), launched at
+    205 (ends 206), and arrives at all_reduce #2 at 270 (launched 262): host-bound idle 10 + 10, compute 50.
+    ``late_rank_body`` lays out rank 1's segment."""
+    for r in (0, 1):
+        job.kernel(r, AR, 100, 200, 90, stream=20, collective="all_reduce", seq=1)
+    job.kernel(0, GEMM, 210, 260, 205)
+    job.kernel(0, AR, 270, 300 + 200, 262, stream=20, collective="all_reduce", seq=2)
+    late_rank_body(job)
+
+
+def _second(job):
+    rows = job.rows()
+    assert len(rows) == 2 and rows[0]["lateness_ns"] == 0 and rows[0]["primary_cause"] is None
+    row = rows[1]
+    assert (row["late_rank"], row["early_rank"]) == (1, 0)
+    assert (row["early_gpu_compute_ns"], row["early_host_bound_ns"], row["early_queued_idle_ns"]) == (
+        50 * US, 20 * US, 0)
+    assert sum(row[c] for c in SHARES) == row["lateness_ns"]
+    return row
+
+
+def test_host_launches_late():
+    """Rank 1 runs the same GEMM, then its host launches all_reduce #2 at 400 (it starts at 405): GPU idle with
+    nothing launched. Lateness 135 = host (10 + 145) − (10 + 10)."""
+    def body(job):
+        job.kernel(1, GEMM, 210, 260, 205)
+        job.kernel(1, AR, 405, 500, 400, stream=20, collective="all_reduce", seq=2)
+    job = Job()
+    _base(job, body)
+    row = _second(job)
+    assert row["lateness_ns"] == 135 * US and row["late_host_bound_ns"] == 155 * US
+    assert (row["host_share_ns"], row["gpu_compute_share_ns"], row["queued_share_ns"]) == (135 * US, 0, 0)
+    assert row["primary_cause"] == "host" and row["primary_share_pct"] == 100.0
+
+
+def test_longer_gemm():
+    """Rank 1's GEMM takes 150 µs, not 50; all_reduce #2 launched right after it (362) starts at 370."""
+    def body(job):
+        job.kernel(1, GEMM, 210, 360, 205)
+        job.kernel(1, AR, 370, 500, 362, stream=20, collective="all_reduce", seq=2)
+    job = Job()
+    _base(job, body)
+    row = _second(job)
+    assert row["lateness_ns"] == 100 * US
+    assert (row["gpu_compute_share_ns"], row["host_share_ns"], row["queued_share_ns"]) == (100 * US, 0, 0)
+    assert row["primary_cause"] == "gpu_compute"
+
+
+def test_queued_on_an_event():
+    """Rank 1's GEMM is launched at 205 but waits on an event of another stream until 300; all_reduce #2, launched
+    at 262, starts at 360 behind it. Idle [200, 300): host-bound up to launch end + ε = 216 (16), queued 84; idle
+    [350, 360) queued 10. Lateness 90 = host (16 − 20) + queued (94 − 0)."""
+    def body(job):
+        job.kernel(1, GEMM, 300, 350, 205)
+        job.kernel(1, AR, 360, 500, 262, stream=20, collective="all_reduce", seq=2)
+    job = Job()
+    _base(job, body)
+    row = _second(job)
+    assert row["lateness_ns"] == 90 * US and row["late_queued_idle_ns"] == 94 * US
+    assert (row["host_share_ns"], row["queued_share_ns"], row["gpu_compute_share_ns"]) == (-4 * US, 94 * US, 0)
+    assert row["primary_cause"] == "queued"
+
+
+def test_stuck_in_an_earlier_collective_of_another_group():
+    """Rank 1 runs an all_gather of group '1' [262, 400) before all_reduce #2 of group '0' (launched 398, starts
+    405). Lateness 135 = earlier_comm 138 + host (10 + 2 + 5 − 20)."""
+    def body(job):
+        job.kernel(1, GEMM, 210, 260, 205)
+        job.kernel(1, AG, 262, 400, 255, stream=21, collective="all_gather", pg="1", seq=1)
+        job.kernel(1, AR, 405, 500, 398, stream=20, collective="all_reduce", seq=2)
+    job = Job()
+    _base(job, body)
+    row = _second(job)
+    assert row["lateness_ns"] == 135 * US and row["late_earlier_comm_ns"] == 138 * US
+    assert (row["earlier_comm_share_ns"], row["host_share_ns"]) == (138 * US, -3 * US)
+    assert row["primary_cause"] == "earlier_comm"
+
+
+def test_unknown_launch_is_flagged():
+    """Without launch calls the idle before a kernel counts as host-bound, and launch_unknown_idle_ns says so."""
+    job = Job()
+    for r in (0, 1):
+        job.kernel(r, AR, 100, 200, collective="all_reduce", seq=1)
+    job.kernel(0, AR, 230, 300, collective="all_reduce", seq=2)
+    job.kernel(1, AR, 280, 300, collective="all_reduce", seq=2)
+    row = job.rows()[1]
+    assert row["late_host_bound_ns"] == row["late_launch_unknown_idle_ns"] == 80 * US
+    assert row["host_share_ns"] == row["lateness_ns"] == 50 * US
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 400), st.integers(1, 80), st.integers(0, 60),
+                          st.booleans()), max_size=14),
+       st.lists(st.integers(0, 300), min_size=3, max_size=3))
+def test_parts_and_shares_add_up(extra, arrivals):
+    """Random kernels (compute or another group's collective, launched up to 60 µs early) around three collectives:
+    every segment splits exactly into its four parts, every lateness into its shares."""
+    job = Job(3)
+    for r in range(3):
+        job.kernel(r, AR, 0, 50, 0, stream=20, collective="all_reduce", seq=1)
+        job.kernel(r, AR, 500 + arrivals[r], 900, 450 + arrivals[r], stream=20, collective="all_reduce", seq=2)
+    for r, start, dur, early, comm in extra:
+        job.kernel(r, AG if comm else GEMM, 60 + start, 60 + start + dur, 60 + start - early,
+                   stream=21 if comm else 7, collective="all_gather" if comm else None, pg="1", seq=None)
+    for row in job.rows():
+        for side in ("late", "early"):
+            parts = sum(row[f"{side}_{p}"] for p in ("gpu_compute_ns", "host_bound_ns", "queued_idle_ns",
+                                                     "earlier_comm_ns"))
+            assert parts == row[f"{side}_segment_ns"]
+            assert min(row[f"{side}_{p}"] for p in ("gpu_compute_ns", "host_bound_ns", "queued_idle_ns",
+                                                    "earlier_comm_ns")) >= 0
+        assert sum(row[c] for c in SHARES) == row["lateness_ns"]
+
+
+# --- tier 4: the bundled example --------------------------------------------------------------------------------
+
+
+def _rank_json(rank: int) -> dict:
+    f = next(EXAMPLE.glob(f"worker{rank}_*.json.gz"))
+    with gzip.open(f) as fh:
+        return json.loads(fh.read())
+
+
+def _segment_from_json(rank: int, eps_ns: int = 10_000) -> dict:
+    """Rank's first NCCL kernel start, its ProfilerStep start, the union of its other kernels in between and the idle
+    time before kernels that started within eps of their launch's end, straight from the JSON (µs → ns)."""
+    ev = _rank_json(rank)["traceEvents"]
+    ns = lambda x: round(x * 1000)  # noqa: E731
+    kernels = sorted((ns(e["ts"]), ns(e["ts"] + e["dur"]), e["name"], e["args"].get("correlation"))
+                     for e in ev if e.get("cat") == "kernel")
+    launch_end = {e["args"]["correlation"]: ns(e["ts"] + e["dur"]) for e in ev
+                  if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    arrival = min(s for s, _, n, _ in kernels if n.startswith("nccl"))
+    step = min(ns(e["ts"]) for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    compute = busy = host = 0
+    cur_end = step
+    for s, e, n, corr in kernels:  # one pass over kernels in start order: union and gaps
+        if s >= arrival or e <= step:
+            continue
+        s2 = max(s, step)
+        if s2 > cur_end:  # a gap [cur_end, s2) before this kernel
+            h_end = s2 if corr not in launch_end else min(s2, max(cur_end, launch_end[corr] + eps_ns))
+            host += h_end - cur_end
+        if not n.startswith("nccl"):
+            compute += max(0, min(e, arrival) - max(s2, cur_end))
+        busy += max(0, min(e, arrival) - max(s2, cur_end))
+        cur_end = max(cur_end, min(e, arrival))
+    if arrival > cur_end:
+        corr = next(c for s, _, n, c in kernels if s == arrival)
+        host += min(arrival, max(cur_end, launch_end.get(corr, arrival) + eps_ns)) - cur_end
+    return {"arrival": arrival, "step": step, "compute": compute, "host": host}
+
+
+@pytest.mark.skipif(not EXAMPLE.is_dir(), reason="fixtures/example absent")
+def test_example_rank7_is_host_bound():
+    from nsys2comm.api import Job as ApiJob
+
+    arr = {r: _segment_from_json(r)["arrival"] for r in range(8)}
+    early = min(arr, key=lambda r: (arr[r], r))
+    assert max(arr, key=lambda r: (arr[r], -r)) == 7 and early == 1
+    r7, r1 = _segment_from_json(7), _segment_from_json(1)
+    with ApiJob.open(str(EXAMPLE)) as job:
+        row = job.query("late_arrival_causes").row(0, named=True)
+    assert (row["late_rank"], row["early_rank"], row["late_segment_from"]) == (7, 1, "iteration_start")
+    assert row["lateness_ns"] == arr[7] - arr[1]
+    assert row["late_gpu_compute_ns"] == r7["compute"] < 200_000  # ~105 µs of kernels in 3.2 ms
+    assert row["late_host_bound_ns"] == r7["host"]
+    assert row["host_share_ns"] == (r7["step"] - r1["step"]) + r7["host"] - r1["host"]
+    assert row["primary_cause"] == "host" and row["host_share_ns"] > 0.9 * row["lateness_ns"]
