@@ -63,6 +63,13 @@ stragglers                 [{rank, times_last, collectives, p_value, wait_ns}] r
                            more often than chance (rank_wait.is_straggler: binomial test against 1/ranks,
                            Bonferroni-adjusted p_value < 0.01), smallest p_value first, up to 3; empty: no
                            consistent straggler
+late_rank_cause            {rank, instances_late, share_pct, primary_cause}: why the straggler arrives late: the
+                           rank_wait straggler (is_straggler) that arrived last most often, the consistent instances
+                           where it arrived last (late_arrival_causes rows with late_rank = rank), the cause whose
+                           summed share over them is largest ('host', 'gpu_compute', 'queued', 'earlier_comm',
+                           'carried') and share_pct = that summed share / their summed lateness_ns × 100; null with
+                           the reason in ``missing`` when no rank is a straggler (share_pct exceeds 100 when the
+                           other causes' shares are negative: the earliest rank spent longer there)
 parallel_layout            [{kind, degree, groups, confidence, source, evidence}] one per dimension tp, cp, ep, dp,
                            pp (parallel_degrees: the trace's process groups, else --layout; degree null when
                            unknown; confidence 'named', 'assumed' (--layout, or a group size the importer
@@ -114,6 +121,7 @@ DEGREES = "parallel_degrees"
 VOLUME = "volume_check"
 CONTENTION = "gemm_contention"
 PAIRS = "serialised_pairs"
+LATE = "late_arrival_causes"
 # the documented columns each summary section reads (tests check them against the catalog)
 COLUMNS = {
     OVERLAP: ("rank", "busy_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
@@ -134,6 +142,8 @@ COLUMNS = {
              "ratio", "verdict", "reason"),
     CONTENTION: ("scope", "kernels", "slowdown_pct", "lost_ns", "measured_groups", "mixed_groups", "status"),
     PAIRS: ("headroom_ns",),
+    LATE: ("late_rank", "lateness_ns", "host_share_ns", "gpu_compute_share_ns", "queued_share_ns",
+           "earlier_comm_share_ns", "carried_ns"),
 }
 
 SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "sources", "gpu_busy_ns", "comm_ns",
@@ -141,7 +151,7 @@ SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "source
                 "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "latency_bound_pct",
                 "latency_bound_covered_comm_pct", "coalescing_saving_ms", "latency_models", "exposed_by_cause",
                 "gemm_contention", "serialised_pairs",
-                "max_skew_ms", "stragglers", "parallel_layout", "volume_check", "failed_files", "missing",
+                "max_skew_ms", "stragglers", "late_rank_cause", "parallel_layout", "volume_check", "failed_files", "missing",
                 "thresholds", "ok"]
 DIGITS = 6  # every float in the summary: 6 significant digits (one precision for every key)
 
@@ -218,6 +228,7 @@ def build_summary(con, failed_files: list[dict] | None = None, volume: dict | No
     _causes(s, con, missing)
     _volume(s, con, missing, volume or {})
     _contention(s, con, missing)
+    _late(s, con, missing)
     _notes(s, con, missing)
     if s["files"] == 0:
         missing.insert(0, f"{NO_TRACES}: the job holds no trace files")
@@ -327,6 +338,32 @@ def _skew(s: dict, con, missing: list[str]) -> None:
     skew = _query(con, SKEW, missing)
     if skew is not None and skew.height and skew["start_skew_ns"].max() is not None:
         s["max_skew_ms"] = ns_to(skew["start_skew_ns"].max(), "ms")
+
+
+def _late(s: dict, con, missing: list[str]) -> None:
+    """Why the straggler arrives late (late_arrival_causes over the instances where it arrived last)."""
+    if not s["stragglers"]:
+        if s["ranks"] and s["ranks"] >= 2:
+            not_available(s, "late_rank_cause", "no rank arrives last significantly more often than chance "
+                          "(rank_wait.is_straggler)")
+        return
+    wait = _query(con, WAIT, missing)
+    late = _query(con, LATE, missing)
+    if wait is None or late is None:
+        return
+    top = wait.filter(pl.col("is_straggler")).sort(["times_arrived_last", "rank"], descending=[True, False])
+    rank = int(top["rank"][0])
+    mine = late.filter(pl.col("late_rank") == rank)
+    causes = {"host": "host_share_ns", "gpu_compute": "gpu_compute_share_ns", "queued": "queued_share_ns",
+              "earlier_comm": "earlier_comm_share_ns", "carried": "carried_ns"}
+    sums = {c: int(mine[col].sum()) for c, col in causes.items()}
+    total = int(mine["lateness_ns"].sum())
+    if not mine.height or total <= 0:
+        not_available(s, "late_rank_cause", f"rank {rank} has no consistent instance where it arrived late")
+        return
+    cause = max(causes, key=lambda c: sums[c])  # ties: the order of causes
+    s["late_rank_cause"] = {"rank": rank, "instances_late": mine.height, "share_pct": _pct(sums[cause], total),
+                            "primary_cause": cause}
 
 
 def _causes(s: dict, con, missing: list[str]) -> None:
@@ -531,8 +568,9 @@ def format_summary(s: dict) -> str:
         mixed = f"; {c['mixed_groups']} mixed group(s) left out" if c.get("mixed_groups") else ""
         v = c["slowdown_pct"]
         how = f"{pct(v, 1)} longer" if v >= 0 else f"{pct(-v, 1)} shorter"
+        lost = f"{duration(c['lost_ns'])} lost" if (c["lost_ns"] or 0) > 0 else "no net time lost"
         lines.append(f"GEMM contention: median {how} beside communication (time-weighted over "
-                     f"{c['measured_groups']} measured group(s){mixed}), {duration(c['lost_ns'])} lost")
+                     f"{c['measured_groups']} measured group(s){mixed}), {lost}")
     if s.get("serialised_pairs"):
         sp = s["serialised_pairs"]
         lines.append(f"serialised GEMM → collective pairs: {sp['pairs']}, T3 headroom {duration(sp['headroom_ns'])}")
