@@ -195,7 +195,8 @@ BAD = {  # name: (JSON text, words the one-line error must hold)
         '"correlation": 5', '"Input Dims": ' + "[" * 100_000 + "]" * 100_000), "nested deeper"),
     "deeply_nested_header": ('{"distributedInfo": ' + "[" * 100_000 + "]" * 100_000 + ', "traceEvents": []}',
                              "nested deeper|not a"),
-    "base_time_overflow": (json.dumps(_doc([_kernel(ts=5)], baseTimeNanoseconds=2**63 - 1)), "overflow int64|impossible clock"),
+    "base_time_overflow": (json.dumps(_doc([_kernel(ts=5)], baseTimeNanoseconds=2**63 - 1)),
+                           "overflow int64|impossible clock"),
     "base_time_2_64": (json.dumps(_doc([_kernel(ts=5)], baseTimeNanoseconds=2**64)), "baseTimeNanoseconds"),
     "base_time_text": (json.dumps(_doc([_kernel(ts=5)], baseTimeNanoseconds="abc")), "baseTimeNanoseconds"),
 }
