@@ -33,28 +33,31 @@ from .db import settle
 CHUNK_ROWS = 50_000
 LANE_TID, EXPOSED_TID, WAIT_TID = 10_000, 100_000, 200_000  # added to a stream's thread number
 
-# off: each rank's offset against the reference host (as _skew_ops); origin: the job's first aligned kernel start;
-# kt: each kernel's thread, its stream's, or the stream's overlap lane for a kernel that starts before an earlier
-# kernel of its stream ended (programmatic dependent launch lets kernels of one stream overlap; slices on one
-# thread must nest); t / d: aligned start relative to the origin, and duration (ns)
-_ALIGN = f"""
-WITH off AS (
+# computed once per export (temporary tables: a read-only job allows them): off: each rank's offset against the
+# reference host (as _skew_ops); origin: the job's first aligned kernel start; kt: each kernel's thread, its
+# stream's, or the stream's overlap lane for a kernel that starts before an earlier kernel of its stream ended
+# (programmatic dependent launch lets kernels of one stream overlap; slices on one thread must nest); t / d: aligned
+# start relative to the origin, and duration (ns)
+_SETUP = f"""
+CREATE OR REPLACE TEMP TABLE _perfetto_off AS
   SELECT r.rank, r.host, coalesce(o.offset_ns, 0) AS off
-  FROM ranks r LEFT JOIN host_clock_offsets() o ON coalesce(o.host, '') = coalesce(r.host, '')
-), origin AS (
-  SELECT coalesce(min(k.start_ns - coalesce(off.off, 0)), 0) AS t0 FROM kernels k LEFT JOIN off USING (rank)
-), streams AS (
+  FROM ranks r LEFT JOIN host_clock_offsets() o ON coalesce(o.host, '') = coalesce(r.host, '');
+CREATE OR REPLACE TEMP TABLE _perfetto_origin AS
+  SELECT coalesce(min(k.start_ns - coalesce(o.off, 0)), 0) AS t0 FROM kernels k LEFT JOIN _perfetto_off o USING (rank);
+CREATE OR REPLACE TEMP TABLE _perfetto_kt AS
+WITH streams AS (
   SELECT rank, stream_id, row_number() OVER (PARTITION BY rank ORDER BY stream_id NULLS LAST)::BIGINT AS tid
   FROM (SELECT DISTINCT rank, stream_id FROM kernels)
-), kt AS (
-  SELECT k.kernel_id, k.rank, k.stream_id, k.kernel_class, k.name,
-         k.start_ns - coalesce(off.off, 0) - origin.t0 AS t, k.end_ns - k.start_ns AS d,
-         s.tid + {LANE_TID} * coalesce(k.start_ns < max(k.end_ns) OVER (
-           PARTITION BY k.rank, k.stream_id ORDER BY k.start_ns, k.kernel_id
-           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false)::INTEGER AS tid
-  FROM kernels k JOIN streams s ON s.rank = k.rank AND s.stream_id IS NOT DISTINCT FROM k.stream_id
-  LEFT JOIN off ON off.rank = k.rank CROSS JOIN origin
-)"""
+)
+SELECT k.kernel_id, k.rank, k.stream_id, k.kernel_class, k.name,
+       k.start_ns - coalesce(off.off, 0) - origin.t0 AS t, k.end_ns - k.start_ns AS d,
+       s.tid + {LANE_TID} * coalesce(k.start_ns < max(k.end_ns) OVER (
+         PARTITION BY k.rank, k.stream_id ORDER BY k.start_ns, k.kernel_id
+         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false)::INTEGER AS tid
+FROM kernels k JOIN streams s ON s.rank = k.rank AND s.stream_id IS NOT DISTINCT FROM k.stream_id
+LEFT JOIN _perfetto_off off ON off.rank = k.rank CROSS JOIN _perfetto_origin origin;
+"""
+_ALIGN = "WITH off AS (SELECT * FROM _perfetto_off), kt AS (SELECT * FROM _perfetto_kt)"
 
 
 def _us(expr: str) -> str:
@@ -159,12 +162,13 @@ def export_perfetto(con, out: str | Path) -> dict[str, int]:
 
     out = Path(out)
     con = settle(con)
-    origin = con.execute(_ALIGN + " SELECT t0 FROM origin").fetchone()[0]
+    con.execute(_SETUP)
+    origin = con.execute("SELECT t0 FROM _perfetto_origin").fetchone()[0]
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # a reader never sees half a file
-    opener = gzip.open if out.name.endswith(".gz") else open
     counts: dict[str, int] = {}
     try:
-        with opener(tmp, "wt", encoding="utf-8") as f:
+        with (gzip.open(tmp, "wt", compresslevel=6, encoding="utf-8") if out.name.endswith(".gz")
+              else open(tmp, "w", encoding="utf-8")) as f:
             f.write('{"displayTimeUnit":"ns","otherData":' + json.dumps(
                 {"producer": f"nsys2comm {__version__}", "origin_ns": origin,
                  "timeline": "ranks aligned on the reference host's clock (host_clock_offsets); ts relative to "
@@ -184,4 +188,7 @@ def export_perfetto(con, out: str | Path) -> dict[str, int]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        settle(con).execute("DROP TABLE IF EXISTS _perfetto_kt; DROP TABLE IF EXISTS _perfetto_origin; "
+                            "DROP TABLE IF EXISTS _perfetto_off")
     return counts
