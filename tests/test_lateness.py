@@ -222,9 +222,29 @@ def test_example_rank7_is_host_bound():
     r7, r1 = _segment_from_json(7), _segment_from_json(1)
     with ApiJob.open(str(EXAMPLE)) as job:
         row = job.query("late_arrival_causes").row(0, named=True)
+        summary = job.summary()
     assert (row["late_rank"], row["early_rank"], row["late_segment_from"]) == (7, 1, "iteration_start")
     assert row["lateness_ns"] == arr[7] - arr[1]
     assert row["late_gpu_compute_ns"] == r7["compute"] < 200_000  # ~105 µs of kernels in 3.2 ms
     assert row["late_host_bound_ns"] == r7["host"]
     assert row["host_share_ns"] == (r7["step"] - r1["step"]) + r7["host"] - r1["host"]
     assert row["primary_cause"] == "host" and row["host_share_ns"] > 0.9 * row["lateness_ns"]
+    # summary: rank 7 (rank_wait's straggler) arrived last at the k-th NCCL kernel of every rank this many times
+    per = []
+    for r in range(8):
+        ks = sorted(e["ts"] for e in _rank_json(r)["traceEvents"]
+                    if e.get("cat") == "kernel" and e["name"].startswith("nccl"))
+        per.append(ks)
+    last = [max(range(8), key=lambda r: (per[r][k], -r)) for k in range(len(per[0]))]
+    assert summary["late_rank_cause"]["rank"] == 7 and summary["late_rank_cause"]["primary_cause"] == "host"
+    assert summary["late_rank_cause"]["instances_late"] == last.count(7)
+
+
+def test_summary_without_straggler_says_why():
+    from nsys2comm.summary import build_summary
+
+    job = Job()
+    _base(job, lambda j: j.kernel(1, AR, 405, 500, 400, stream=20, collective="all_reduce", seq=2))
+    s = build_summary(job.con)
+    assert s["late_rank_cause"] is None
+    assert any(m.startswith("late_rank_cause: not available (no rank arrives last") for m in s["missing"])
