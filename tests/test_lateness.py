@@ -52,6 +52,12 @@ class Job:
                              "pg_name, seq, n_ops, collective_source) VALUES (?, 1, ?, ?, 1048576, 2, ?, ?, 1, 'test')",
                              [k, rank, collective, pg, seq])
 
+    def cpu(self, rank, name, start_us, end_us, kind="user_annotation"):
+        self.kid += 1
+        self.con.execute("INSERT INTO cpu_ranges (range_id, file_id, rank, pid, tid, start_ns, end_ns, name, kind) "
+                         "VALUES (?, 1, ?, ?, 1, ?, ?, ?, ?)",
+                         [self.kid, rank, 100 + rank, int(start_us * US), int(end_us * US), name, kind])
+
     def rows(self):
         cur = self.con.execute("SELECT * FROM late_arrival_causes() ORDER BY first_start_ns")
         names = [d[0] for d in cur.description]
@@ -92,6 +98,30 @@ def test_host_launches_late():
     assert row["lateness_ns"] == 135 * US and row["late_host_bound_ns"] == 155 * US
     assert (row["host_share_ns"], row["gpu_compute_share_ns"], row["queued_share_ns"]) == (135 * US, 0, 0)
     assert row["primary_cause"] == "host" and row["primary_share_pct"] == 100.0
+
+
+def test_host_ops_by_self_time():
+    """The late rank's launching thread in its segment [200, 405): a Python-level op [262, 398) holding an aten::mm
+    [270, 300) holding aten::empty [280, 284); two launch calls of 1 µs (205, 400). Self: 106, 26, 4, 2 µs; an op
+    on another thread and one after the window are left out."""
+    def body(job):
+        job.kernel(1, GEMM, 210, 260, 205)
+        job.kernel(1, AR, 405, 500, 400, stream=20, collective="all_reduce", seq=2)
+        job.cpu(1, "LinearWithGradAccumulationAndAsyncCommunication", 262, 398)
+        job.cpu(1, "aten::mm", 270, 300, "cpu_op")
+        job.cpu(1, "aten::empty", 280, 284, "cpu_op")
+        job.cpu(1, "after", 420, 480)
+        job.con.execute("INSERT INTO cpu_ranges (range_id, file_id, rank, pid, tid, start_ns, end_ns, name, kind) "
+                        "VALUES (999, 1, 1, 101, 2, 300000, 390000, 'other thread', 'user_annotation')")
+    job = Job()
+    _base(job, body)
+    got = job.con.execute("SELECT instance_key, late_rank, tid, op_name, op_kind, calls, self_ns, op_order "
+                          "FROM late_rank_host_ops() ORDER BY op_order").fetchall()
+    key = job.rows()[1]["instance_key"]
+    assert got == [(key, 1, 1, "LinearWithGradAccumulationAndAsyncCommunication", "user_annotation", 1, 106 * US, 1),
+                   (key, 1, 1, "aten::mm", "cpu_op", 1, 26 * US, 2),
+                   (key, 1, 1, "aten::empty", "cpu_op", 1, 4 * US, 3),
+                   (key, 1, 1, "cudaLaunchKernel", "cuda_api", 2, 2 * US, 4)]
 
 
 def test_longer_gemm():

@@ -212,3 +212,78 @@ SELECT instance_key, collective, pg_name, group_complete, first_start_ns, late_r
        late_launch_tid
 FROM pc
 ORDER BY first_start_ns, instance_key;
+
+-- @macro late_rank_host_ops
+-- What the late rank's host was doing while its GPU waited for launches: for each instance of late_arrival_causes
+-- with host_share_ns > 0, the CPU ops on the thread that launched L's collective kernel (late_launch_tid) during L's
+-- segment, by self time, the top_n per instance. Ops: cpu_ranges of kind 'cpu_op', 'user_annotation' (Kineto) and
+-- 'nvtx', and the thread's CUDA API calls (op_kind 'cuda_api'); what the importer keeps of them (the Kineto importer
+-- keeps communication and matrix-multiply cpu_ops and user annotations, not every python_function). Self time =
+-- duration − the summed durations of the ops directly nested in it (depth + 1 on the thread, starting inside it):
+-- nesting depth from a sweep over starts and ends, children's durations from prefix sums per depth (ASOF lookups),
+-- so no op is compared with every other. An op is in a window when it starts inside it (an ASOF lookup of the
+-- window holding its start); its self time counts pro rata of the part of it inside the window. Times on the rank's
+-- own clock.
+-- @param epsilon_ns: As late_arrival_causes (ns, default 10000).
+-- @param top_n: Ops kept per instance (default 10).
+-- @column instance_key: Matching key.
+-- @column late_rank: Last-arriving rank.
+-- @column tid: Its launching thread.
+-- @column window_start_ns: L's segment start on the rank's clock (ns).
+-- @column window_end_ns: L's arrival on the rank's clock (ns).
+-- @column host_share_ns: The instance's host_share_ns (ns).
+-- @column op_name: Op name (cpu_ranges.name or the API function).
+-- @column op_kind: 'cpu_op', 'user_annotation', 'nvtx' or 'cuda_api'.
+-- @column calls: Ops of that name and kind starting in the window.
+-- @column self_ns: Their self time inside the window, pro rata (ns).
+-- @column op_order: 1 = the largest self time in the instance (ties: name).
+CREATE OR REPLACE MACRO late_rank_host_ops(epsilon_ns := 10000, top_n := 10) AS TABLE
+WITH off AS (
+  SELECT r.rank, coalesce(max(o.clock_offset_ns), 0) AS off FROM ranks r LEFT JOIN _skew_ops o USING (rank)
+  GROUP BY r.rank
+), win AS (
+  SELECT c.instance_key, c.late_rank AS rank, c.late_launch_tid AS tid, c.host_share_ns,
+         c.late_segment_start_ns + off.off AS w_start, c.late_segment_start_ns + c.late_segment_ns + off.off AS w_end
+  FROM late_arrival_causes(epsilon_ns := epsilon_ns) c JOIN off ON off.rank = c.late_rank
+  WHERE c.host_share_ns > 0 AND c.late_launch_tid IS NOT NULL
+), thr AS (SELECT DISTINCT rank, tid FROM win
+), ops AS (
+  SELECT c.rank, c.tid, c.range_id AS id, c.start_ns, c.end_ns, c.name, c.kind AS op_kind
+  FROM cpu_ranges c JOIN thr USING (rank, tid)
+  WHERE c.kind IN ('cpu_op', 'user_annotation', 'nvtx') AND c.end_ns IS NOT NULL AND c.end_ns >= c.start_ns
+  UNION ALL
+  SELECT a.rank, a.tid, a.call_id, a.start_ns, a.end_ns, a.name, 'cuda_api'
+  FROM api_calls a JOIN thr USING (rank, tid)
+), ends AS (  -- ops ended at or before t: running count over ends
+  SELECT rank, tid, end_ns, row_number() OVER (PARTITION BY rank, tid ORDER BY end_ns, id) AS n_ended FROM ops
+), dep AS (  -- depth = ops started before (enclosing ones first at equal starts) − ops ended by its start
+  SELECT o.*, row_number() OVER (PARTITION BY o.rank, o.tid ORDER BY o.start_ns, o.end_ns DESC, o.id) - 1
+              - coalesce(e.n_ended, 0) AS depth
+  FROM ops o ASOF LEFT JOIN ends e ON e.rank = o.rank AND e.tid = o.tid AND o.start_ns >= e.end_ns
+), cum AS (  -- prefix sums of durations per depth, in start order
+  SELECT rank, tid, depth, start_ns,
+         sum(end_ns - start_ns) OVER (PARTITION BY rank, tid, depth ORDER BY start_ns, id) AS dur_before_incl
+  FROM dep
+), selfd AS (
+  SELECT d.*, greatest((d.end_ns - d.start_ns) - (coalesce(ce.dur_before_incl, 0) - coalesce(cs.dur_before_incl, 0)),
+                       0) AS self_ns
+  FROM dep d
+  ASOF LEFT JOIN cum ce ON ce.rank = d.rank AND ce.tid = d.tid AND ce.depth = d.depth + 1 AND d.end_ns > ce.start_ns
+  ASOF LEFT JOIN cum cs ON cs.rank = d.rank AND cs.tid = d.tid AND cs.depth = d.depth + 1
+                       AND d.start_ns > cs.start_ns
+), inwin AS (
+  SELECT w.instance_key, w.rank, w.tid, w.w_start, w.w_end, w.host_share_ns, s.name, s.op_kind,
+         CASE WHEN s.end_ns = s.start_ns THEN 0
+              ELSE s.self_ns * (least(s.end_ns, w.w_end) - s.start_ns) / (s.end_ns - s.start_ns) END AS self_in
+  FROM selfd s ASOF JOIN win w ON w.rank = s.rank AND w.tid = s.tid AND s.start_ns >= w.w_start
+  WHERE s.start_ns < w.w_end
+), agg AS (
+  SELECT instance_key, rank, tid, w_start, w_end, host_share_ns, name, op_kind, count(*) AS calls,
+         CAST(round(sum(self_in)) AS BIGINT) AS self_ns
+  FROM inwin GROUP BY ALL
+)
+SELECT instance_key, rank AS late_rank, tid, w_start AS window_start_ns, w_end AS window_end_ns, host_share_ns,
+       name AS op_name, op_kind, calls, self_ns, op_order
+FROM (SELECT *, row_number() OVER (PARTITION BY instance_key ORDER BY self_ns DESC, name, op_kind) AS op_order FROM agg)
+WHERE op_order <= top_n
+ORDER BY window_start_ns, instance_key, op_order;
