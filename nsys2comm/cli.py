@@ -551,7 +551,9 @@ def diff_(
 
     Each row gives base, new, delta and delta_pct (empty where not available or base is 0), and impact_ns, the
     change in exposed communication + idle ns per step of the row's subject. Totals are divided by the steps of
-    each run (a trace without steps counts as one), so runs of different length compare. With a threshold option
+    each run, so runs of different length compare. When a run has no step markers the diff is per capture window
+    (*_per_window rows, no step-time impact): impact_ns is then the change in exposed communication over the work
+    both runs hold (per collective and size bucket, see the *_per_op rows). With a threshold option
     the command exits 3 when NEW violates it; a metric that is not available leaves its threshold not evaluated,
     which --strict also turns into exit 3.
 
@@ -604,6 +606,11 @@ def _say_diff(d: dict) -> None:
     head = ("impact on step time: n/a" if impact is None else "impact on step time: none" if impact == 0 else
             f"impact on step time: {'+' if impact > 0 else '-'}{duration(abs(impact))} exposed communication + "
             "idle per step, summed over ranks")
+    if d.get("per") == "window":  # no step markers on both sides: nothing is a step-time impact
+        impact = d.get("impact_ns")
+        head = ("per capture window (no step markers in both runs), impact over the matched work: " +
+                ("n/a" if impact is None else "none" if impact == 0 else
+                 f"{'+' if impact > 0 else '-'}{duration(abs(impact))} exposed communication, summed over ranks"))
     out_.message(head + (f" ({', '.join(parts)})" if parts else ""))
     for m in d["missing"]:
         out_.message(f"missing: {m}")

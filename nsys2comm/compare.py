@@ -1,4 +1,5 @@
-"""Comparing two runs of a job (``nsys2comm diff BASE NEW``): what changed in communication, per step.
+"""Comparing two runs of a job (``nsys2comm diff BASE NEW``): what changed in communication, per step or per
+capture window.
 
 Each side is a job database (or traces ingested in memory). :func:`compare` runs the catalog queries named in
 :data:`COLUMNS` on each side (the documented columns only: one definition of every metric), registers both sides'
@@ -6,13 +7,22 @@ frames in a scratch DuckDB connection, turns each side into long rows (:data:`SI
 in SQL (:data:`COMPARE_SQL`). Nothing is re-derived from the canonical tables: each value is a catalog column, a
 sum of one over ranks or buckets, or that divided by the number of steps.
 
-**Per step.** Runs of different length compare per step. GPU time per rank (busy, idle, communication, overlap,
+**Per step, only with steps.** When both runs have step markers (``overlap_by_step`` rows), runs of different length
+compare per step. GPU time per rank (busy, idle, communication, overlap,
 exposed communication) is ``overlap_by_step`` summed over the rank's steps and divided by their number, so idle
 time between steps and before the first one does not count; a rank without steps (a trace without steps) counts
 its whole trace, ``overlap_by_rank``, as one step. Other totals (operations, bytes and kernel time per collective
 and size bucket, waits, coalescing saving) are whole-trace totals divided by ``steps``, the number of steps per
 rank: the most steps any rank has in ``overlap_by_step`` (ranks of one job run the same steps), 1 without steps.
 Rates and shares (``*_pct``, ``busbw_gbps``, α, β, skew) are not divided.
+
+**Per capture window otherwise.** When either run has no step markers, nothing is per step: every total is the
+whole capture window's (GPU time from ``overlap_by_rank``, divisor 1) and its metric is named ``*_per_window``
+instead of ``*_per_step``. Two windows may hold different work (64 against 60 all_to_alls), so the diff also
+normalises by matched work: the ``*_per_op`` rows (bytes, kernel time and exposed time per operation of each
+collective and size bucket, one rank's kernel being one operation) compare like with like, and ``missing`` lists
+every (collective, size bucket) whose operations differ. An ``iterations`` object (iterations detected without
+markers) would become a third basis, per iteration, where :func:`compare_sides` picks the basis.
 
 **Rows** (:data:`METRICS`, in this order within a subject). Each row has ``section``, ``metric``, the key columns
 ``collective``, ``group_size``, ``bucket_lo_bytes``, ``bucket_hi_bytes``, ``rank`` (NULL where they do not apply), a
@@ -22,13 +32,17 @@ readable ``key``, then ``base``, ``new``, ``delta`` = new − base, ``delta_pct`
 ``delta_pct`` 0 where base is not 0 and NULL where it is 0). A row present on one side only (a size bucket, a rank,
 a collective seen in one run) appears with the other side NULL.
 
-**Sort rule: impact on step time.** ``impact_ns`` is the change, new − base, in exposed communication + idle ns per
+**Sort rule: impact.** With steps, ``impact_ns`` is the change, new − base, in exposed communication + idle ns per
 step of the row's *subject*: the whole job (section ``job``: Σ over ranks of exposed_comm_ns + idle_ns per step,
 as defined above), a rank (sections ``rank`` and ``skew`` rows with a rank: that rank's exposed + idle per step),
 a collective's size bucket (section ``collective``: its exposed ns per step, ``comm_kernels.exposed_ns`` summed over
 the bucket; idle time belongs to no collective) or a collective (``skew`` rows with a collective and ``latency``:
 its exposed ns per step over all buckets; latency_model's ``p2p`` has none). A subject missing on one side counts as
-0 there (it had no such time); ``impact_ns`` is NULL when neither side has it or a side's analysis failed. Rows are
+0 there (it had no such time); ``impact_ns`` is NULL when neither side has it or a side's analysis failed. Without
+steps it is the change in exposed communication over the matched work (WORK_SQL): for a size bucket found in both
+runs, min(base ops, new ops) × (new − base exposed ns per operation); for a collective, the sum over its matched
+buckets; for the job, over all matched buckets (idle time belongs to no work); NULL for ranks and for buckets seen in
+one run only. Rows are
 sorted by |impact_ns| descending (NULL last), then impact_ns descending (a regression before an improvement of the
 same size), then section (job, collective, rank, skew, latency), collective, bucket_lo_bytes, group_size, rank
 (NULLs first) and the metric order of :data:`METRICS`, so every run gives the same order.
@@ -41,13 +55,18 @@ key                      meaning
 =======================  ======================================================================================
 schema_version           1
 nsys2comm_version        package version that wrote it
-base, new                {source, ranks, steps, has_steps}: what each side is; has_steps false: no steps, the
-                         whole trace counts as one step
-step_impact_ns           the job's impact_ns: change in exposed communication + idle ns per step, summed over ranks
-exposed_comm_change_pct  delta_pct of job exposed_comm_ns_per_step (exposed communication per step)
-wait_change_pct          delta_pct of job wait_ns_per_step (waiting for late ranks at collectives, per step)
+base, new                {source, ranks, steps, has_steps}: what each side is; has_steps false: no steps (steps 1),
+                         and the diff is per capture window
+step_impact_ns           the job's impact_ns with steps: change in exposed communication + idle ns per step, summed
+                         over ranks; null unless both runs have steps
+exposed_comm_change_pct  with steps, delta_pct of job exposed_comm_ns_per_step; without, the change in exposed
+                         communication over the matched work, % of the base's exposed ns over that work
+wait_change_pct          delta_pct of job wait_ns_per_step with steps; without, of job wait_ns_per_op (waiting for
+                         late ranks at collectives per communication operation)
 busbw_change_pct         bus bandwidth change, %: the mean of busbw_gbps delta_pct over the (collective, group size,
                          size bucket) rows known on both sides, weighted by the base's kernel time in the bucket
+per                      'step' (both runs have steps) or 'window' (per capture window, normalised by matched work)
+impact_ns                the job's impact_ns on that basis (step_impact_ns, or the change over the matched work)
 rows                     [{section, metric, key, collective, group_size, bucket_lo_bytes, bucket_hi_bytes, rank,
                          base, new, delta, delta_pct, impact_ns}]: the rows above, in their order
 missing                  [str] what could not be compared and why ("KEY: not available (why)"), and each side's
@@ -114,6 +133,7 @@ METRICS: list[tuple[str, str, str]] = [
     ("job", "busy_ns_per_step", "Σ ranks of overlap_by_step.busy_ns per step (as the rank rows)"),
     ("job", "overlap_pct", "100 × Σ comm_overlapped_ns / Σ comm_ns over ranks' steps"),
     ("job", "wait_ns_per_step", "Σ ranks rank_wait.total_wait_ns / steps"),
+    ("job", "wait_ns_per_op", "Σ ranks rank_wait.total_wait_ns / Σ msg_size_histogram.ops (per operation)"),
     ("job", "max_start_skew_ns", "largest collective_skew.start_skew_ns"),
     ("job", "mean_start_skew_ns", "mean collective_skew.start_skew_ns over instances seen on >= 2 ranks"),
     ("job", "latency_bound_pct", "latency_bound_total.latency_bound_pct"),
@@ -122,6 +142,9 @@ METRICS: list[tuple[str, str, str]] = [
     ("collective", "bytes_per_step", "msg_size_histogram.total_bytes / steps (all ranks)"),
     ("collective", "time_ns_per_step", "msg_size_histogram.total_ns / steps (kernel time, all ranks)"),
     ("collective", "exposed_ns_per_step", "Σ comm_kernels.exposed_ns in the bucket / steps (all ranks)"),
+    ("collective", "bytes_per_op", "msg_size_histogram.total_bytes / ops: mean size S of an operation"),
+    ("collective", "time_ns_per_op", "msg_size_histogram.total_ns / ops: kernel time per operation"),
+    ("collective", "exposed_ns_per_op", "Σ comm_kernels.exposed_ns in the bucket / ops: exposed time per operation"),
     ("collective", "busbw_gbps", "collective_bandwidth.busbw_gbps, per group size (a recorded group size "
                                  "before an assumed one)"),
     ("rank", "exposed_comm_ns_per_step", "overlap_by_step.exposed_comm_ns summed over the rank's steps / "
@@ -148,11 +171,26 @@ SECTIONS = list(dict.fromkeys(s for s, _, _ in METRICS))
 ROW_COLUMNS = ["section", "metric", "key", "base", "new", "delta", "delta_pct", "impact_ns", "collective",
                "group_size", "bucket_lo_bytes", "bucket_hi_bytes", "rank"]
 
-# Per side {s}: the steps, and one row per (section, metric, keys) with the side's value.
-SIDE_SQL = """
+# Per side {s}: its steps (the basis of the comparison is decided from both sides' steps).
+STEPS_SQL = """
 CREATE OR REPLACE TEMP TABLE {s}_steps AS
 SELECT coalesce(max(n), 1)::BIGINT AS steps, count(*) > 0 AS has_steps
-FROM (SELECT rank, count(*) AS n FROM {s}_overlap_by_step GROUP BY rank);
+FROM (SELECT rank, count(*) AS n FROM {s}_overlap_by_step GROUP BY rank)
+"""
+
+# Per side {s}: one row per (section, metric, keys) with the side's value. {by_step}: true when both runs have steps
+# (totals per step), false otherwise (totals per capture window: the divisor is 1 and GPU time is overlap_by_rank's).
+SIDE_SQL = """
+CREATE OR REPLACE TEMP TABLE {s}_div AS
+SELECT CASE WHEN {by_step} THEN steps ELSE 1 END::BIGINT AS steps FROM {s}_steps;
+
+-- the work of each (collective, size bucket): operations (all ranks) and their exposed time
+CREATE OR REPLACE TEMP TABLE {s}_work AS
+SELECT h.collective, h.bucket_lo_bytes, h.ops::DOUBLE AS ops, e.exposed_ns::DOUBLE AS exposed_ns
+FROM {s}_msg_size_histogram h
+LEFT JOIN {s}_exposed_by_bucket e
+  ON e.collective = h.collective AND e.bucket_lo_bytes IS NOT DISTINCT FROM h.bucket_lo_bytes
+WHERE h.ops > 0;
 
 CREATE OR REPLACE TEMP TABLE {s}_bw AS
 SELECT * FROM {s}_collective_bandwidth
@@ -164,15 +202,15 @@ CREATE OR REPLACE TEMP TABLE {s}_rank_time AS
 SELECT rank, sum(busy_ns)::DOUBLE AS busy_ns, sum(idle_ns)::DOUBLE AS idle_ns, sum(comm_ns)::DOUBLE AS comm_ns,
        sum(comm_overlapped_ns)::DOUBLE AS comm_overlapped_ns, sum(exposed_comm_ns)::DOUBLE AS exposed_comm_ns,
        count(*)::DOUBLE AS steps
-FROM {s}_overlap_by_step GROUP BY rank
+FROM {s}_overlap_by_step WHERE {by_step} GROUP BY rank
 UNION ALL
 SELECT rank, busy_ns, idle_ns, comm_ns, comm_overlapped_ns, exposed_comm_ns, 1
-FROM {s}_overlap_by_rank WHERE rank NOT IN (SELECT rank FROM {s}_overlap_by_step);
+FROM {s}_overlap_by_rank WHERE NOT {by_step} OR rank NOT IN (SELECT rank FROM {s}_overlap_by_step);
 
 CREATE OR REPLACE TEMP TABLE {s}_m AS
-WITH n AS (SELECT steps::DOUBLE AS steps FROM {s}_steps),
+WITH n AS (SELECT steps::DOUBLE AS steps FROM {s}_div),
 job AS (
-  SELECT n.steps,
+  SELECT (SELECT steps FROM {s}_steps)::DOUBLE AS steps,
          (SELECT sum(exposed_comm_ns / steps) FROM {s}_rank_time) AS exposed_comm_ns_per_step,
          (SELECT sum(idle_ns / steps) FROM {s}_rank_time) AS idle_ns_per_step,
          (SELECT sum(comm_ns / steps) FROM {s}_rank_time) AS comm_ns_per_step,
@@ -182,13 +220,16 @@ job AS (
          (SELECT max(start_skew_ns) FROM {s}_collective_skew)::DOUBLE AS max_start_skew_ns,
          (SELECT avg(start_skew_ns) FROM {s}_collective_skew)::DOUBLE AS mean_start_skew_ns,
          (SELECT max(latency_bound_pct) FROM {s}_latency_bound_total)::DOUBLE AS latency_bound_pct,
-         (SELECT max(coalescing_saving_ns) FROM {s}_latency_bound_total) / n.steps AS coalescing_saving_ns_per_step
+         (SELECT max(coalescing_saving_ns) FROM {s}_latency_bound_total) / n.steps AS coalescing_saving_ns_per_step,
+         (SELECT sum(total_wait_ns) FROM {s}_rank_wait) / (SELECT nullif(sum(ops), 0) FROM {s}_work) AS wait_ns_per_op
   FROM n
 ),
 coll AS (
   SELECT h.collective, NULL::BIGINT AS group_size, h.bucket_lo_bytes, h.bucket_hi_bytes,
          h.ops / n.steps AS ops_per_step, h.total_bytes / n.steps AS bytes_per_step,
-         h.total_ns / n.steps AS time_ns_per_step, e.exposed_ns / n.steps AS exposed_ns_per_step
+         h.total_ns / n.steps AS time_ns_per_step, e.exposed_ns / n.steps AS exposed_ns_per_step,
+         h.total_bytes / nullif(h.ops, 0) AS bytes_per_op, h.total_ns / nullif(h.ops, 0) AS time_ns_per_op,
+         e.exposed_ns / nullif(h.ops, 0) AS exposed_ns_per_op
   FROM {s}_msg_size_histogram h CROSS JOIN n
   LEFT JOIN {s}_exposed_by_bucket e
     ON e.collective = h.collective AND e.bucket_lo_bytes IS NOT DISTINCT FROM h.bucket_lo_bytes
@@ -219,12 +260,12 @@ lat AS (
 SELECT 'job' AS section, metric, NULL::VARCHAR AS collective, NULL::BIGINT AS group_size,
        NULL::BIGINT AS bucket_lo_bytes, NULL::BIGINT AS bucket_hi_bytes, NULL::BIGINT AS rank, value::DOUBLE AS value
 FROM job UNPIVOT INCLUDE NULLS (value FOR metric IN (steps, exposed_comm_ns_per_step, idle_ns_per_step,
-  comm_ns_per_step, busy_ns_per_step, overlap_pct, wait_ns_per_step, max_start_skew_ns, mean_start_skew_ns,
-  latency_bound_pct, coalescing_saving_ns_per_step))
+  comm_ns_per_step, busy_ns_per_step, overlap_pct, wait_ns_per_step, wait_ns_per_op, max_start_skew_ns,
+  mean_start_skew_ns, latency_bound_pct, coalescing_saving_ns_per_step))
 UNION ALL
 SELECT 'collective', metric, collective, group_size, bucket_lo_bytes, bucket_hi_bytes, NULL, value::DOUBLE
 FROM coll UNPIVOT INCLUDE NULLS (value FOR metric IN (ops_per_step, bytes_per_step, time_ns_per_step,
-  exposed_ns_per_step))
+  exposed_ns_per_step, bytes_per_op, time_ns_per_op, exposed_ns_per_op))
 UNION ALL
 SELECT 'collective', 'busbw_gbps', collective, group_size, bucket_lo_bytes, bucket_hi_bytes, NULL, busbw_gbps::DOUBLE
 FROM {s}_bw
@@ -245,7 +286,7 @@ FROM lat UNPIVOT INCLUDE NULLS (value FOR metric IN (latency_floor_ns, transfer_
 
 -- impact subjects: exposed communication (+ idle for the job and ranks) ns per step
 CREATE OR REPLACE TEMP TABLE {s}_subj AS
-WITH n AS (SELECT steps::DOUBLE AS steps FROM {s}_steps)
+WITH n AS (SELECT steps::DOUBLE AS steps FROM {s}_div)
 SELECT 'job' AS kind, NULL::VARCHAR AS collective, NULL::BIGINT AS bucket_lo_bytes, NULL::BIGINT AS rank,
        sum((exposed_comm_ns + idle_ns) / steps) AS step_ns
 FROM {s}_rank_time HAVING count(*) > 0
@@ -256,6 +297,26 @@ SELECT 'bucket', collective, bucket_lo_bytes, NULL, exposed_ns / n.steps FROM {s
 UNION ALL
 SELECT 'collective', collective, NULL, NULL, sum(exposed_ns) / any_value(n.steps)
 FROM {s}_exposed_by_bucket CROSS JOIN n GROUP BY collective;
+"""
+
+# The work both runs hold: per (collective, size bucket) the operations of each side, the matched ones (the fewer of
+# the two), and the change in exposed ns per operation over them: the impact without steps (module docstring).
+WORK_SQL = """
+CREATE OR REPLACE TEMP TABLE matched_work AS
+SELECT coalesce(b.collective, n.collective) AS collective, coalesce(b.bucket_lo_bytes, n.bucket_lo_bytes)
+         AS bucket_lo_bytes, b.ops AS base_ops, n.ops AS new_ops, least(b.ops, n.ops) AS matched_ops,
+       least(b.ops, n.ops) * b.exposed_ns / b.ops AS base_exposed_ns,
+       least(b.ops, n.ops) * (n.exposed_ns / n.ops - b.exposed_ns / b.ops) AS impact_ns
+FROM base_work b FULL JOIN new_work n
+  ON b.collective = n.collective AND b.bucket_lo_bytes IS NOT DISTINCT FROM n.bucket_lo_bytes;
+
+CREATE OR REPLACE TEMP TABLE work_subj AS
+SELECT 'bucket' AS kind, collective, bucket_lo_bytes, NULL::BIGINT AS rank, impact_ns
+FROM matched_work WHERE matched_ops > 0
+UNION ALL
+SELECT 'collective', collective, NULL, NULL, sum(impact_ns) FROM matched_work WHERE matched_ops > 0 GROUP BY collective
+UNION ALL
+SELECT 'job', NULL, NULL, NULL, sum(impact_ns) FROM matched_work WHERE matched_ops > 0 HAVING count(*) > 0;
 """
 
 # Both sides joined: base, new, delta, delta_pct and impact_ns per row, sorted (module docstring).
@@ -279,16 +340,19 @@ s AS (  -- the subject whose exposed (+ idle) time a row's impact is
 ),
 i AS (
   SELECT s.*,
-         CASE WHEN s.kind = 'job' THEN ns.step_ns - bs.step_ns
+         CASE WHEN NOT {by_step} THEN w.impact_ns  -- without steps: over the matched work
+              WHEN s.kind = 'job' THEN ns.step_ns - bs.step_ns
               WHEN bs.step_ns IS NOT NULL OR ns.step_ns IS NOT NULL
               THEN coalesce(ns.step_ns, {new_zero}) - coalesce(bs.step_ns, {base_zero}) END AS impact_ns
   FROM s
+  LEFT JOIN work_subj w ON w.kind = s.kind AND w.collective IS NOT DISTINCT FROM s.collective
+   AND w.bucket_lo_bytes IS NOT DISTINCT FROM s.bucket_lo_bytes AND w.rank IS NOT DISTINCT FROM s.rank
   LEFT JOIN base_subj bs ON bs.kind = s.kind AND bs.collective IS NOT DISTINCT FROM s.collective
    AND bs.bucket_lo_bytes IS NOT DISTINCT FROM s.bucket_lo_bytes AND bs.rank IS NOT DISTINCT FROM s.rank
   LEFT JOIN new_subj ns ON ns.kind = s.kind AND ns.collective IS NOT DISTINCT FROM s.collective
    AND ns.bucket_lo_bytes IS NOT DISTINCT FROM s.bucket_lo_bytes AND ns.rank IS NOT DISTINCT FROM s.rank
 )
-SELECT i.section, i.metric, i.base, i.new, i.new - i.base AS delta,
+SELECT i.section, replace(i.metric, '_per_step', '_per_{per}') AS metric, i.base, i.new, i.new - i.base AS delta,
        CASE WHEN i.base <> 0 THEN 100.0 * (i.new - i.base) / i.base END AS delta_pct, i.impact_ns,
        i.collective, i.group_size, i.bucket_lo_bytes, i.bucket_hi_bytes, i.rank
 FROM i JOIN metric_order o ON o.section = i.section AND o.metric = i.metric
@@ -390,58 +454,92 @@ def _key(r: dict) -> str:
 
 
 def compare_sides(base: Side, new: Side) -> Comparison:
-    """Join two sides' catalog frames in DuckDB (SIDE_SQL per side, then COMPARE_SQL)."""
+    """Join two sides' catalog frames in DuckDB (STEPS_SQL and SIDE_SQL per side, WORK_SQL, then COMPARE_SQL)."""
     con = memory_connection()
+    sides = (("base", base), ("new", new))
     try:
-        for tag, side in (("base", base), ("new", new)):
+        for tag, side in sides:
             for name, df in side.frames.items():
                 con.register(f"{tag}_{name}", df)
-            con.execute(SIDE_SQL.format(s=tag))
+            con.execute(STEPS_SQL.format(s=tag))
+        steps = {tag: con.execute(f"SELECT steps, has_steps FROM {tag}_steps").fetchone() for tag, _ in sides}
+        # per step only when both runs have step markers; an `iterations` object (iterations detected without
+        # markers) would plug in here as a third basis, its overlap per iteration in place of overlap_by_step
+        per = "step" if steps["base"][1] and steps["new"][1] else "window"
+        by_step = "true" if per == "step" else "false"
+        for tag, _ in sides:
+            con.execute(SIDE_SQL.format(s=tag, by_step=by_step))
+        con.execute(WORK_SQL)
         order = pl.DataFrame({"section": [s for s, _, _ in METRICS], "metric": [m for _, m, _ in METRICS],
                               "section_ord": [SECTIONS.index(s) for s, _, _ in METRICS],
                               "metric_ord": list(range(len(METRICS)))})
         con.register("metric_order", order)
         zero = {tag: "0" if not ({"overlap_by_rank", EXPOSED_BY_BUCKET} & set(side.failed)) else "NULL"
-                for tag, side in (("base", base), ("new", new))}
-        rows = con.sql(COMPARE_SQL.format(base_zero=zero["base"], new_zero=zero["new"])).pl()
-        steps = {tag: con.execute(f"SELECT steps, has_steps FROM {tag}_steps").fetchone() for tag in ("base", "new")}
+                for tag, side in sides}
+        rows = con.sql(COMPARE_SQL.format(base_zero=zero["base"], new_zero=zero["new"], by_step=by_step,
+                                          per=per)).pl()
         busbw, buckets = con.execute(BUSBW_SQL).fetchone()
+        impact, base_matched = con.execute(
+            "SELECT sum(impact_ns), sum(base_exposed_ns) FROM matched_work WHERE matched_ops > 0").fetchone()
+        work = con.execute("SELECT collective, bucket_lo_bytes, base_ops, new_ops FROM matched_work "
+                           "WHERE base_ops IS DISTINCT FROM new_ops ORDER BY collective, bucket_lo_bytes NULLS FIRST"
+                           ).fetchall()
     finally:
         con.close()
     keys = [_key(r) for r in rows.select("section", "rank", "collective", "bucket_lo_bytes", "bucket_hi_bytes",
                                          "group_size").iter_rows(named=True)]
     rows = rows.with_columns(pl.Series("key", keys, dtype=pl.String)).select(ROW_COLUMNS)
     info = {tag: {"source": side.source, "ranks": side.ranks, "steps": steps[tag][0], "has_steps": steps[tag][1]}
-            for tag, side in (("base", base), ("new", new))}
-    job = {r["metric"]: r for r in rows.filter(pl.col("section") == "job").iter_rows(named=True)}
-    headline = {"step_impact_ns": job.get("exposed_comm_ns_per_step", {}).get("impact_ns"),
-                "exposed_comm_change_pct": job.get("exposed_comm_ns_per_step", {}).get("delta_pct"),
-                "wait_change_pct": job.get("wait_ns_per_step", {}).get("delta_pct"),
-                "busbw_change_pct": busbw}
-    missing = _missing(base, new, info, job, buckets)
+            for tag, side in sides}
+    job = {r["metric"].replace(f"_per_{per}", "_per_step"): r
+           for r in rows.filter(pl.col("section") == "job").iter_rows(named=True)}
+    exposed, wait = job.get("exposed_comm_ns_per_step", {}), job.get("wait_ns_per_step", {})
+    if per == "step":
+        headline = {"step_impact_ns": exposed.get("impact_ns"), "exposed_comm_change_pct": exposed.get("delta_pct"),
+                    "wait_change_pct": wait.get("delta_pct")}
+    else:  # windows of different length or work: normalise by the work both hold
+        wait = job.get("wait_ns_per_op", {})
+        headline = {"step_impact_ns": None,
+                    "exposed_comm_change_pct": 100.0 * impact / base_matched if impact is not None and base_matched
+                    else None, "wait_change_pct": wait.get("delta_pct")}
+    headline |= {"busbw_change_pct": busbw, "per": per,
+                 "impact_ns": exposed.get("impact_ns") if per == "step" else impact}
+    missing = _missing(base, new, info, per, headline, wait, buckets, work)
     return Comparison(rows, info["base"], info["new"], headline, missing)
 
 
-def _missing(base: Side, new: Side, info: dict, job: dict, busbw_buckets: int) -> list[str]:
+def _missing(base: Side, new: Side, info: dict, per: str, headline: dict, wait: dict, busbw_buckets: int,
+             work: list[tuple]) -> list[str]:
     out: list[str] = []
     for tag, side in (("base", base), ("new", new)):
         if not info[tag]["has_steps"]:
-            out.append(f"{tag}: no steps (overlap_by_step is empty): the whole trace counts as one step")
+            out.append(f"{tag}: no steps (overlap_by_step is empty)")
         out += [f"{tag}: analysis '{q}' failed: {why}" for q, why in side.failed.items()]
+    if per == "window":
+        out.append("per capture window: the runs do not both have step markers, so no figure is per step or a "
+                   "step-time impact; impact_ns is the change in exposed communication over the matched work "
+                   "(per (collective, size bucket): operations found in both runs × the change in exposed ns per "
+                   "operation; see the *_per_op rows)")
+        if work:
+            what = "; ".join(f"{c} {'size unknown' if lo is None else size(lo) + '+'}: base "
+                             f"{0 if b is None else int(b)}, new {0 if n is None else int(n)}" for c, lo, b, n in work)
+            out.append(f"the capture windows hold different work (operations, all ranks: {what}): *_per_window "
+                       "totals compare different work")
     if base.ranks != new.ranks:
         out.append(f"the runs have different ranks (base {base.ranks}, new {new.ranks}): per-rank rows of a rank "
                    "seen on one side only have the other side NULL")
-    for key, metric, what in (("exposed_comm_change_pct", "exposed_comm_ns_per_step", "exposed communication"),
-                              ("wait_change_pct", "wait_ns_per_step", "wait at collectives")):
-        r = job.get(metric) or {}
-        if r.get("delta_pct") is not None:
-            continue
-        unknown = [tag for tag in ("base", "new") if r.get(tag) is None]
-        why = (f"the base has no {what}: a relative change is undefined" if not unknown else
-               f"{what} is not known on the {' and '.join(unknown)} run"
-               + (" (waits need a collective matched on two or more ranks)" if metric == "wait_ns_per_step" else
-                  " (it needs GPU kernels)"))
-        out.append(f"{key}: not available ({why})")
+    if headline["exposed_comm_change_pct"] is None:
+        out.append("exposed_comm_change_pct: not available (" + (
+            "no collective size bucket is found in both runs with its exposed time" if per == "window" else
+            "the base has no exposed communication: a relative change is undefined"
+            if headline["impact_ns"] is not None else "exposed communication is not known on both runs "
+            "(it needs GPU kernels)") + ")")
+    if wait.get("delta_pct") is None:
+        unknown = [tag for tag in ("base", "new") if wait.get(tag) is None]
+        out.append("wait_change_pct: not available (" + (
+            "the base has no wait at collectives: a relative change is undefined" if not unknown else
+            f"wait at collectives is not known on the {' and '.join(unknown)} run (waits need a collective matched "
+            "on two or more ranks)") + ")")
     if not busbw_buckets:
         out.append("busbw_change_pct: not available (no collective size bucket has a bus bandwidth on both sides; "
                    "bus bandwidth needs message and group sizes)")

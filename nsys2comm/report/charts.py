@@ -657,23 +657,28 @@ def _paired_bars(long: pl.DataFrame, key: str, sort: list, title: alt.TitleParam
 def changes_by_rank_chart(df: pl.DataFrame) -> alt.Chart:
     """Grouped bars, one pair per rank: exposed communication per step in the baseline and in this run (the diff's
     rank / exposed_comm_ns_per_step rows)."""
-    d = df.filter((pl.col("section") == "rank") & (pl.col("metric") == "exposed_comm_ns_per_step"))
+    d = df.filter((pl.col("section") == "rank")  # per step, or per capture window without steps
+                  & pl.col("metric").is_in(["exposed_comm_ns_per_step", "exposed_comm_ns_per_window"]))
+    per = "per capture window" if d["metric"].str.ends_with("_per_window").any() else "per step"
     d = d.filter(pl.col("rank").is_in(d["rank"].unique().sort().head(MAX_BARS).implode()))
     long = _paired(d.with_columns(pl.col("rank").cast(pl.Int64)), "rank")
     return _paired_bars(long, "rank", sorted(long["rank"].unique().to_list()),
                         _title("Exposed communication per rank: baseline and this run",
-                               "Communication time with no computation running, per step (grey: baseline)"),
-                        "exposed communication per step (ms)")
+                               f"Communication time with no computation running, {per} (grey: baseline)"),
+                        f"exposed communication {per} (ms)")
 
 
 def changes_by_collective_chart(df: pl.DataFrame) -> alt.Chart:
     """Grouped bars, one pair per collective: kernel time per step summed over ranks and size buckets, in the
     baseline and in this run (the diff's collective / time_ns_per_step rows)."""
-    d = (df.filter((pl.col("section") == "collective") & (pl.col("metric") == "time_ns_per_step"))
+    d = df.filter((pl.col("section") == "collective")
+                  & pl.col("metric").is_in(["time_ns_per_step", "time_ns_per_window"]))
+    per = "per capture window" if d["metric"].str.ends_with("_per_window").any() else "per step"
+    d = (d
          .group_by("collective").agg(*[pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).alias(c)
                                        for c in ("base", "new")]))
     long = _paired(d, "collective")
     return _paired_bars(long, "collective", _collective_order(long["collective"]),
                         _title("Communication time per collective: baseline and this run",
-                               "Kernel time per step, summed over ranks and message sizes (grey: baseline)"),
-                        "kernel time per step (ms)")
+                               f"Kernel time {per}, summed over ranks and message sizes (grey: baseline)"),
+                        f"kernel time {per} (ms)")

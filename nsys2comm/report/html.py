@@ -32,6 +32,7 @@ from .findings import Finding, all_findings
 from .sections import (
     CHANGES_SECTION,
     CHANGES_TOP,
+    CHANGES_WINDOW_INTRO,
     FACTS,
     MAX_OVERVIEW_RANKS,
     QUERIES,
@@ -203,7 +204,7 @@ def _change_text(metric: str, v: float | None, signed: bool = False) -> str:
         return "0"
     sign = ("+" if v > 0 else "-" if v < 0 else "±") if signed else ("-" if v < 0 else "")
     a = abs(v)
-    if metric.endswith(("_ns", "_ns_per_step")):
+    if metric.endswith(("_ns", "_ns_per_step", "_ns_per_window", "_ns_per_op")):
         return sign + duration(a)
     if "bytes" in metric:
         return sign + fmt_bytes(a)
@@ -219,8 +220,11 @@ def _change_text(metric: str, v: float | None, signed: bool = False) -> str:
 def changes_frames(changes: pl.DataFrame) -> Fetched:
     """The inputs of CHANGES_SECTION: per-rank and per-collective rows for the paired charts, and the rows that
     changed most (by impact, as sorted) with their values as text, for the table."""
-    rank = changes.filter((pl.col("section") == "rank") & (pl.col("metric") == "exposed_comm_ns_per_step"))
-    coll = changes.filter((pl.col("section") == "collective") & (pl.col("metric") == "time_ns_per_step"))
+    # per step, or per capture window when the runs do not both have steps (nsys2comm.compare)
+    rank = changes.filter((pl.col("section") == "rank")
+                          & pl.col("metric").is_in(["exposed_comm_ns_per_step", "exposed_comm_ns_per_window"]))
+    coll = changes.filter((pl.col("section") == "collective")
+                          & pl.col("metric").is_in(["time_ns_per_step", "time_ns_per_window"]))
     moved = changes.filter((pl.col("delta") != 0) | (pl.col("base").is_null() != pl.col("new").is_null()))
     top = moved.head(CHANGES_TOP).with_columns(
         *[pl.struct("metric", c).map_elements(lambda r, c=c: _change_text(r["metric"], r[c], c == "delta"),
@@ -241,7 +245,8 @@ def changes_section(changes: pl.DataFrame) -> Section:
     spec = CHANGES_SECTION
     charts = [_chart_block(fetched, b, []) for b in spec.blocks if isinstance(b, ChartSpec)]
     tables = "".join(_table_html(fetched, b, []) for b in spec.blocks if isinstance(b, TableSpec))
-    return Section(spec.id, spec.title, spec.intro, charts, tables)
+    windowed = changes["metric"].str.ends_with("_per_window").any()
+    return Section(spec.id, spec.title, CHANGES_WINDOW_INTRO if windowed else spec.intro, charts, tables)
 
 
 # ---------------------------------------------------------------------------------------------------------------

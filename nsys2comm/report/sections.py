@@ -144,8 +144,15 @@ CHANGES_TOP = 30
 CHANGES_COLUMNS = (
     ("section", "section", ""), ("metric", "metric", ""), ("key", "subject", ""), ("base_text", "baseline", ""),
     ("new_text", "this run", ""), ("delta_text", "change", ""), ("delta_pct", "change (%)", "pct"),
-    ("impact_ns", "impact per step (ms)", "ms"),
+    ("impact_ns", "impact (ms)", "ms"),
 )
+# the intro when the runs do not both have step markers (nsys2comm.compare: per capture window)
+CHANGES_WINDOW_INTRO = (
+    "This run against the baseline (nsys2comm diff BASE NEW), per capture window: the runs do not both have step "
+    "markers, so no figure is per step or a step-time impact. The windows may hold different work: compare the "
+    "per-operation rows (*_per_op). Impact is the change in exposed communication over the work both runs hold "
+    "(per collective and size bucket: the operations found in both × the change in exposed time per operation); "
+    "rows are sorted by it.")
 CHANGES_SECTION = SectionSpec(
     "sec-changes", "What changed",
     "This run against the baseline (nsys2comm diff BASE NEW), per step: totals are divided by each run's steps. "
