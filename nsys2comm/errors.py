@@ -8,11 +8,14 @@ import re
 # C0 and C1 controls, DEL included: a file name holding a newline, \r or an ANSI escape must not split the one line
 # or colour the terminal
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
-def printable(text: str) -> str:
-    """``text`` with control characters written as escapes (``\\n``, ``\\x1b``), for a line on a terminal."""
-    return _CONTROL.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), str(text))
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with control characters written as escapes (``\\n``, ``\\x1b``), for a line on a terminal;
+    ``lines``: newlines kept (a message that quotes DuckDB's LINE and caret lines), every other control escaped."""
+    rx = _CONTROL_BUT_NEWLINE if lines else _CONTROL
+    return rx.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), str(text))
 
 
 class Nsys2CommError(Exception):
@@ -25,8 +28,10 @@ class Nsys2CommError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        head = f"{printable(self.path)}: {printable(self.what)}" if self.path else printable(self.what)
-        return f"{head} ({printable(self.hint)})" if self.hint else head
+        # the path is the user's (fully escaped); the message is ours, and may quote DuckDB's lines
+        what = printable(self.what, lines=True)
+        head = f"{printable(self.path)}: {what}" if self.path else what
+        return f"{head} ({printable(self.hint, lines=True)})" if self.hint else head
 
     def __reduce__(self):  # raised in a decoder process: arrives with its path and hint, not as one flat line
         return _rebuild, (type(self), self.__dict__)
