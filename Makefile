@@ -13,7 +13,7 @@ lint:
 fix:
 	ruff check --fix .
 
-docs:  ## regenerate the README's command reference and query catalog
+docs:  ## regenerate docs/cli.md (the command reference) and docs/catalog.md (the query catalog)
 	python tests/test_docs.py --update
 
 bench:

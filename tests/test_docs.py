@@ -1,6 +1,7 @@
-"""The README stays true: quickstart = CI, every command documented, reference = --help, catalog = queries list.
+"""The docs stay true: quickstart = CI, every command in the README, docs/cli.md = --help, docs/catalog.md = queries
+list, the README a manual of at most 400 lines, and every document it or the code cites inside the repository.
 
-Regenerate the generated blocks after changing a command's help or the catalog:
+Tier 1. Regenerate the generated blocks after changing a command's help or the catalog:
 
     python tests/test_docs.py --update
 """
@@ -15,7 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-COMMANDS = ["ingest", "summary", "diff", "report", "query", "sql", "queries list", "queries show", "schema",
+CLI_DOC = ROOT / "docs" / "cli.md"
+CATALOG_DOC = ROOT / "docs" / "catalog.md"
+COMMANDS = ["ingest", "summary", "diff", "report", "query", "sql", "queries list", "queries show", "schema", "doctor",
             "export perfetto"]
 
 
@@ -44,22 +47,21 @@ def catalog_table() -> str:
     return render(catalog_rows(), "markdown").decode().strip()
 
 
-BLOCKS = {"COMMANDS": command_reference, "CATALOG": catalog_table}
+BLOCKS = {"COMMANDS": (CLI_DOC, command_reference), "CATALOG": (CATALOG_DOC, catalog_table)}
 
 
 def _block(text: str, name: str) -> str:
     m = re.search(rf"<!-- BEGIN {name}[^\n]*-->\n(.*?)<!-- END {name} -->", text, re.S)
-    assert m, f"README.md lacks the generated {name} block"
+    assert m, f"the generated {name} block is missing"
     return m.group(1).strip()
 
 
 def update() -> None:
-    text = README.read_text()
-    for name, fn in BLOCKS.items():
+    for name, (path, fn) in BLOCKS.items():
         new = fn()
         text = re.sub(rf"(<!-- BEGIN {name}[^\n]*-->\n).*?(<!-- END {name} -->)",
-                      lambda m, new=new: m.group(1) + new + "\n" + m.group(2), text, flags=re.S)
-    README.write_text(text)
+                      lambda m, new=new: m.group(1) + new + "\n" + m.group(2), path.read_text(), flags=re.S)
+        path.write_text(text)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -90,13 +92,28 @@ def test_every_command_is_in_the_readme():
 
 
 def test_command_reference_matches_help():
-    assert _block(README.read_text(), "COMMANDS") == command_reference(), \
-        "README command reference is stale: run python tests/test_docs.py --update"
+    assert _block(CLI_DOC.read_text(), "COMMANDS") == command_reference(), \
+        "docs/cli.md is stale: run python tests/test_docs.py --update"
 
 
 def test_catalog_matches_queries_list():
-    assert _block(README.read_text(), "CATALOG") == catalog_table(), \
-        "README query catalog is stale: run python tests/test_docs.py --update"
+    assert _block(CATALOG_DOC.read_text(), "CATALOG") == catalog_table(), \
+        "docs/catalog.md is stale: run python tests/test_docs.py --update"
+
+
+def test_readme_is_a_manual():
+    assert len(README.read_text().splitlines()) <= 400
+
+
+def test_everything_cited_is_in_the_repository():
+    """Links in the README and docs resolve inside the repository, and nothing cites ../shared (not shipped)."""
+    docs = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    for doc in docs:
+        text = doc.read_text()
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+            assert (doc.parent / target).exists(), f"{doc.name} links to {target}, which does not exist"
+    code = [*ROOT.glob("nsys2comm/**/*.py"), *ROOT.glob("queries/**/*.sql"), *docs]
+    assert [p.name for p in code if "shared/reference" in p.read_text()] == []
 
 
 def test_readme_catalog_names_are_the_cli_list():
@@ -106,11 +123,11 @@ def test_readme_catalog_names_are_the_cli_list():
 
     r = CliRunner().invoke(app, ["queries", "list", "--format", "csv"])
     names = [line.split(",")[0] for line in r.stdout.splitlines()[1:]]
-    block = _block(README.read_text(), "CATALOG")
+    block = _block(CATALOG_DOC.read_text(), "CATALOG")
     assert [line.split("|")[1].strip() for line in block.splitlines()[2:]] == names
 
 
 if __name__ == "__main__":
     if "--update" in sys.argv:
         update()
-        print("README.md updated")
+        print("docs/cli.md and docs/catalog.md updated")
