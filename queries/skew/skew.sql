@@ -127,9 +127,10 @@ bad AS (  -- instances whose ranks disagree on labels (queries/skew header; the 
   SELECT instance_key FROM _skew_comm_keys
   WHERE match_rule <> 'p2p_pair' AND (SELECT yes FROM multi)
   GROUP BY instance_key
-  HAVING count(DISTINCT _skew_collective_family(collective)) FILTER (WHERE collective <> 'unknown') > 1
-      OR count(DISTINCT pg_name) > 1 OR count(DISTINCT group_size) > 1
-      OR (count(DISTINCT msg_bytes) > 1 AND bool_or(_skew_same_size_everywhere(collective)))
+  HAVING min(_skew_collective_family(collective)) FILTER (WHERE collective <> 'unknown')
+           <> max(_skew_collective_family(collective)) FILTER (WHERE collective <> 'unknown')
+      OR min(pg_name) <> max(pg_name) OR min(group_size) <> max(group_size)
+      OR (min(msg_bytes) <> max(msg_bytes) AND bool_or(_skew_same_size_everywhere(collective)))
 ), he AS (  -- median end per (instance, host); only when the job spans hosts
   SELECT c.instance_key, r.h, quantile_disc(c.end_ns, 0.5) AS end_ns
   FROM _skew_comm_keys c JOIN r USING (rank)
@@ -203,8 +204,8 @@ FROM _skew_comm_keys c LEFT JOIN off USING (rank);
 -- @column consistent: The ranks agree on collective, size (where S is the same on every rank) and group, the
 -- instance is seen on no more ranks than its recorded group, and its end skew is within _skew_end_skew_bound_ns
 -- (queries/skew header). True when seen on one rank.
--- @column inconsistency: What the ranks disagree on ('; '-separated: 'collective all_reduce/all_to_all', 'msg_bytes
--- A..B', 'group', 'ranks_seen N > group_size M', 'end skew X us > Y us'); NULL when consistent.
+-- @column inconsistency: What the ranks disagree on ('; '-separated: 'collective A/B' (the first and last name in
+-- name order), 'msg_bytes A..B', 'group', 'ranks_seen N > group_size M', 'end skew X us > Y us'); NULL when consistent.
 -- @column first_start_ns: Earliest start (ns).
 -- @column last_start_ns: Latest start (ns).
 -- @column latency_ns: Minimum kernel duration across ranks (TraceLens comm latency, ns).
@@ -226,10 +227,12 @@ WITH g AS (
          max(group_size) AS rec_group_size, any_value(src_rank) AS src_rank, any_value(dst_rank) AS dst_rank,
          count(DISTINCT rank) AS ranks_seen, count(*) FILTER (WHERE collective = 'recv') AS recvs,
          count(*) FILTER (WHERE collective = 'send') AS sends,
-         count(DISTINCT _skew_collective_family(collective)) FILTER (WHERE collective <> 'unknown') AS n_colls,
-         string_agg(DISTINCT collective, '/' ORDER BY collective) FILTER (WHERE collective <> 'unknown') AS colls,
-         count(DISTINCT msg_bytes) AS n_sizes, count(DISTINCT pg_name) AS n_groups,
-         count(DISTINCT group_size) AS n_group_sizes,
+         -- disagreement as min <> max: far cheaper than DISTINCT aggregates over every instance
+         min(_skew_collective_family(collective)) FILTER (WHERE collective <> 'unknown') AS fam_lo,
+         max(_skew_collective_family(collective)) FILTER (WHERE collective <> 'unknown') AS fam_hi,
+         min(collective) FILTER (WHERE collective <> 'unknown') AS coll_lo,
+         max(collective) FILTER (WHERE collective <> 'unknown') AS coll_hi,
+         min(pg_name) <> max(pg_name) OR min(group_size) <> max(group_size) AS group_differs,
          min(start_ns) AS first_start_ns, max(start_ns) AS last_start_ns,
          min(end_ns - start_ns) AS latency_ns, max(end_ns - start_ns) AS max_duration_ns,
          max(end_ns) - min(end_ns) AS end_skew_ns,
@@ -244,10 +247,10 @@ WITH g AS (
   SELECT g.*, match_rule = 'p2p_pair' AS is_p2p,
          CASE WHEN match_rule = 'p2p_pair' THEN 2 ELSE coalesce(rec_group_size, job.ranks) END AS req_size,
          nullif(concat_ws('; ',
-           CASE WHEN n_colls > 1 THEN 'collective ' || colls END,
-           CASE WHEN n_sizes > 1 AND _skew_same_size_everywhere(collective)
+           CASE WHEN fam_lo <> fam_hi THEN 'collective ' || coll_lo || '/' || coll_hi END,
+           CASE WHEN min_bytes <> msg_bytes AND _skew_same_size_everywhere(collective)
                 THEN 'msg_bytes ' || min_bytes || '..' || msg_bytes END,
-           CASE WHEN n_groups > 1 OR n_group_sizes > 1 THEN 'group' END,
+           CASE WHEN group_differs THEN 'group' END,
            CASE WHEN match_rule <> 'p2p_pair' AND ranks_seen > rec_group_size
                 THEN 'ranks_seen ' || ranks_seen || ' > group_size ' || rec_group_size END,
            CASE WHEN end_skew_ns > _skew_end_skew_bound_ns(latency_ns)
@@ -376,7 +379,7 @@ WITH w AS (
   SELECT rank, wait_ns, dur_ns, 1.0 / ranks_seen AS p_last, (rank = last_arriving_rank)::INT AS is_last,
          (rank = first_arriving_rank)::INT AS is_first
   FROM _skew_kernel_waits WHERE match_rule <> 'p2p_pair'
-), r AS (
+), r AS MATERIALIZED (  -- read twice below: aggregate the waits once
   SELECT rank, count(*) AS collectives, sum(wait_ns) AS total_wait_ns, avg(wait_ns) AS mean_wait,
          max(wait_ns) AS max_wait_ns, sum(is_last) AS times_arrived_last, sum(is_first) AS times_arrived_first,
          sum(dur_ns) AS total_comm_ns, avg(p_last) AS p
