@@ -151,7 +151,8 @@ SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "source
                 "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "latency_bound_pct",
                 "latency_bound_covered_comm_pct", "coalescing_saving_ms", "latency_models", "exposed_by_cause",
                 "gemm_contention", "serialised_pairs",
-                "max_skew_ms", "stragglers", "late_rank_cause", "parallel_layout", "volume_check", "failed_files", "missing",
+                "max_skew_ms", "stragglers", "late_rank_cause", "parallel_layout", "volume_check", "failed_files",
+                "missing",
                 "thresholds", "ok"]
 DIGITS = 6  # every float in the summary: 6 significant digits (one precision for every key)
 
