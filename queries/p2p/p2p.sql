@@ -5,7 +5,9 @@
 
 -- @macro p2p_latency_by_size
 -- Per p2p collective (send, recv, send_recv) and power-of-two size bucket, all ranks: count and duration
--- distribution, and the effective bandwidth Σ bytes / Σ duration (GB/s = 1e9 B/s). Unknown sizes are left out.
+-- distribution, and the effective bandwidth Σ bytes / Σ duration (GB/s = 1e9 B/s), which includes waiting for the
+-- peer: a lower bound, never a link speed (transfer times apart from waiting: transfer_by_pair, latency_model).
+-- Unknown sizes are left out.
 -- @column collective: 'send', 'recv' or 'send_recv'.
 -- @column bucket_lo_bytes: Bucket lower bound, inclusive (bytes).
 -- @column bucket_hi_bytes: Bucket upper bound, exclusive (bytes).
@@ -16,13 +18,13 @@
 -- @column p90_ns: 90th percentile duration (ns, nearest rank).
 -- @column p99_ns: 99th percentile duration (ns, nearest rank).
 -- @column max_ns: Maximum duration (ns).
--- @column effective_gbps: total_bytes / Σ duration (GB/s).
+-- @column effective_incl_wait_gbps: total_bytes / Σ duration (GB/s), waiting included: a lower bound.
 CREATE OR REPLACE MACRO p2p_latency_by_size() AS TABLE
 SELECT collective, bucket_lo_bytes, CASE WHEN bucket_lo_bytes = 0 THEN 1 ELSE bucket_lo_bytes * 2 END AS bucket_hi_bytes,
        count(*) AS ops, CAST(sum(msg_bytes) AS BIGINT) AS total_bytes,
        min(duration_ns) AS min_ns, quantile_disc(duration_ns, 0.5) AS p50_ns,
        quantile_disc(duration_ns, 0.9) AS p90_ns, quantile_disc(duration_ns, 0.99) AS p99_ns, max(duration_ns) AS max_ns,
-       (sum(msg_bytes) / nullif(sum(duration_ns), 0))::DOUBLE AS effective_gbps
+       (sum(msg_bytes) / nullif(sum(duration_ns), 0))::DOUBLE AS effective_incl_wait_gbps
 FROM _messages_comm_sized()
 WHERE collective IN ('send', 'recv', 'send_recv') AND msg_bytes IS NOT NULL
 GROUP BY collective, bucket_lo_bytes

@@ -159,33 +159,30 @@ pts AS (
          min(msg_bytes) FILTER (WHERE instances >= 2) AS min_bytes,
          max(msg_bytes) FILTER (WHERE instances >= 2) AS max_bytes
   FROM p GROUP BY collective, group_size
-), u AS (  -- the used points of the models that get a fit
-  SELECT p.* FROM p JOIN pts USING (collective, group_size) WHERE p.instances >= 2 AND pts.sizes_used >= 3
+), u AS (  -- the used points of the models that get a fit, numbered: model mid, point pid (integer join keys)
+  SELECT p.*, dense_rank() OVER (ORDER BY p.collective, p.group_size) AS mid,
+         row_number() OVER (ORDER BY p.collective, p.group_size, p.size_bucket) AS pid
+  FROM p JOIN pts USING (collective, group_size) WHERE p.instances >= 2 AND pts.sizes_used >= 3
 ), sl AS (  -- point estimate: pairs of used points (a few hundred points at most: 8 buckets per octave)
-  SELECT a.collective, a.group_size,
-         quantile_cont((b.transfer_p50_ns - a.transfer_p50_ns) / (b.msg_bytes - a.msg_bytes), 0.5) AS slope
-  FROM u a JOIN u b ON a.collective = b.collective AND a.group_size = b.group_size AND a.size_bucket < b.size_bucket
-  GROUP BY a.collective, a.group_size
+  SELECT a.mid, quantile_cont((b.transfer_p50_ns - a.transfer_p50_ns) / (b.msg_bytes - a.msg_bytes), 0.5) AS slope
+  FROM u a JOIN u b ON a.mid = b.mid AND a.size_bucket < b.size_bucket
+  GROUP BY a.mid
 ), al AS (
-  SELECT u.collective, u.group_size, quantile_cont(u.transfer_p50_ns - sl.slope * u.msg_bytes, 0.5) AS alpha
-  FROM u JOIN sl USING (collective, group_size) GROUP BY u.collective, u.group_size
+  SELECT u.mid, any_value(u.collective) AS collective, any_value(u.group_size) AS group_size,
+         any_value(sl.slope) AS slope, quantile_cont(u.transfer_p50_ns - sl.slope * u.msg_bytes, 0.5) AS alpha
+  FROM u JOIN sl USING (mid) GROUP BY u.mid
 ), r AS (  -- the used points' instances, ranked by transfer time within their point
-  SELECT s.collective, s.group_size, s.size_bucket, s.transfer_ns,
-         row_number() OVER (PARTITION BY s.collective, s.group_size, s.size_bucket
-                            ORDER BY s.transfer_ns, s.instance_key) AS rn
+  SELECT u.pid, s.transfer_ns, row_number() OVER (PARTITION BY u.pid ORDER BY s.transfer_ns, s.instance_key) AS rn
   FROM _skew_latency_sized s JOIN u USING (collective, group_size, size_bucket)
 ), reps AS (SELECT range AS b FROM range(_skew_latency_replicates())
 ), draw AS (  -- points of <= 32 instances: n draws with replacement per replicate
-  SELECT u.collective, u.group_size, u.size_bucket, reps.b,
-         CAST(1 + hash(u.collective, u.group_size, u.size_bucket, reps.b, d.j) % u.instances AS BIGINT) AS rn
+  SELECT u.pid, reps.b, CAST(1 + hash(u.collective, u.group_size, u.size_bucket, reps.b, d.j) % u.instances AS BIGINT) AS rn
   FROM u CROSS JOIN reps CROSS JOIN range(u.instances) d(j)
   WHERE u.instances <= 32
 ), small AS (
-  SELECT d.collective, d.group_size, d.size_bucket, d.b, quantile_cont(r.transfer_ns, 0.5) AS med
-  FROM draw d JOIN r USING (collective, group_size, size_bucket, rn)
-  GROUP BY d.collective, d.group_size, d.size_bucket, d.b
+  SELECT d.pid, d.b, quantile_cont(r.transfer_ns, 0.5) AS med FROM draw d JOIN r USING (pid, rn) GROUP BY d.pid, d.b
 ), z AS (  -- larger points: the resampled median's rank (header), two uniforms in (0, 1) from hashes
-  SELECT u.collective, u.group_size, u.size_bucket, reps.b, u.instances AS n,
+  SELECT u.pid, reps.b, u.instances AS n,
          (hash(u.collective, u.group_size, u.size_bucket, reps.b, 'u1') % 4294967296 + 0.5) / 4294967296.0 AS u1,
          (hash(u.collective, u.group_size, u.size_bucket, reps.b, 'u2') % 4294967296 + 0.5) / 4294967296.0 AS u2
   FROM u CROSS JOIN reps
@@ -194,35 +191,28 @@ pts AS (
   SELECT *, greatest(1.0, least(n, (n + 1) / 2.0 + sqrt(n) / 2.0 * sqrt(-2.0 * ln(u1)) * cos(2.0 * pi() * u2))) AS pos
   FROM z
 ), large AS (
-  SELECT zp.collective, zp.group_size, zp.size_bucket, zp.b,
-         lo.transfer_ns + (zp.pos - floor(zp.pos)) * (hi.transfer_ns - lo.transfer_ns) AS med
-  FROM zp
-  JOIN r lo ON lo.collective = zp.collective AND lo.group_size = zp.group_size AND lo.size_bucket = zp.size_bucket
-           AND lo.rn = floor(zp.pos)
-  JOIN r hi ON hi.collective = zp.collective AND hi.group_size = zp.group_size AND hi.size_bucket = zp.size_bucket
-           AND hi.rn = least(floor(zp.pos) + 1, zp.n)
+  SELECT zp.pid, zp.b, lo.transfer_ns + (zp.pos - floor(zp.pos)) * (hi.transfer_ns - lo.transfer_ns) AS med
+  FROM zp JOIN r lo ON lo.pid = zp.pid AND lo.rn = floor(zp.pos)
+          JOIN r hi ON hi.pid = zp.pid AND hi.rn = least(floor(zp.pos) + 1, zp.n)
 ), bp AS (  -- replicate points: resampled median at the point's size
-  SELECT m.collective, m.group_size, m.size_bucket, m.b, m.med, u.msg_bytes
-  FROM (SELECT * FROM small UNION ALL SELECT * FROM large) m JOIN u USING (collective, group_size, size_bucket)
+  SELECT u.mid, u.size_bucket, m.b, m.med, u.msg_bytes
+  FROM (SELECT * FROM small UNION ALL SELECT * FROM large) m JOIN u USING (pid)
 ), bsl AS (
-  SELECT a.collective, a.group_size, a.b, quantile_cont((b.med - a.med) / (b.msg_bytes - a.msg_bytes), 0.5) AS slope
-  FROM bp a JOIN bp b ON a.collective = b.collective AND a.group_size = b.group_size AND a.b = b.b
-                     AND a.size_bucket < b.size_bucket
-  GROUP BY a.collective, a.group_size, a.b
+  SELECT a.mid, a.b, quantile_cont((b.med - a.med) / (b.msg_bytes - a.msg_bytes), 0.5) AS slope
+  FROM bp a JOIN bp b ON a.mid = b.mid AND a.b = b.b AND a.size_bucket < b.size_bucket
+  GROUP BY a.mid, a.b
 ), bal AS (
-  SELECT bp.collective, bp.group_size, bp.b, any_value(bsl.slope) AS slope,
-         quantile_cont(bp.med - bsl.slope * bp.msg_bytes, 0.5) AS alpha
-  FROM bp JOIN bsl USING (collective, group_size, b) GROUP BY bp.collective, bp.group_size, bp.b
+  SELECT bp.mid, bp.b, any_value(bsl.slope) AS slope, quantile_cont(bp.med - bsl.slope * bp.msg_bytes, 0.5) AS alpha
+  FROM bp JOIN bsl USING (mid, b) GROUP BY bp.mid, bp.b
 ), ci AS (
-  SELECT collective, group_size, quantile_cont(slope, 0.025) AS slope_lo, quantile_cont(slope, 0.975) AS slope_hi,
+  SELECT mid, quantile_cont(slope, 0.025) AS slope_lo, quantile_cont(slope, 0.975) AS slope_hi,
          quantile_cont(alpha, 0.025) AS alpha_lo, quantile_cont(alpha, 0.975) AS alpha_hi
-  FROM bal GROUP BY collective, group_size
-)
+  FROM bal GROUP BY mid
+), est AS (SELECT al.*, ci.slope_lo, ci.slope_hi, ci.alpha_lo, ci.alpha_hi FROM al LEFT JOIN ci USING (mid))
 SELECT pts.collective, pts.group_size, pts.sizes, pts.sizes_used, pts.min_bytes, pts.max_bytes,
-       sl.slope AS slope_ns_per_byte, ci.slope_lo AS slope_lo_ns_per_byte, ci.slope_hi AS slope_hi_ns_per_byte,
-       al.alpha AS alpha_ns, ci.alpha_lo AS alpha_lo_ns, ci.alpha_hi AS alpha_hi_ns
-FROM pts LEFT JOIN sl USING (collective, group_size) LEFT JOIN al USING (collective, group_size)
-  LEFT JOIN ci USING (collective, group_size);
+       est.slope AS slope_ns_per_byte, est.slope_lo AS slope_lo_ns_per_byte, est.slope_hi AS slope_hi_ns_per_byte,
+       est.alpha AS alpha_ns, est.alpha_lo AS alpha_lo_ns, est.alpha_hi AS alpha_hi_ns
+FROM pts LEFT JOIN est USING (collective, group_size);
 
 -- @macro latency_model
 -- Per (collective, group size), and for matched point-to-point ('p2p'): the kernel-duration distribution of every
