@@ -603,7 +603,8 @@ def _latency_lines(s: dict) -> list[str]:
         beta = "" if p.get("beta_gbps") is None else f", β {p['beta_gbps']:.1f} GB/s"
         share = (f"{pct(p['small_msg_share_pct'], 1)} of p2p time in messages <= {size(p.get('small_msg_bytes'))}"
                  if p.get("small_msg_share_pct") is not None else "small-message share not evaluated")
-        lines.append(f"point-to-point: {share}; latency α {alpha}{beta} (fit: {p.get('fit_quality')})")
+        fit = f" (fit: {p['fit_quality']})" if p.get("fit_quality") else ""
+        lines.append(f"point-to-point: {share}; latency α {alpha}{beta}{fit}")
     else:
         lines.append("point-to-point: n/a")
     if s.get("latency_bound_pct") is not None:
