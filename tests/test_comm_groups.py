@@ -16,8 +16,13 @@ import math
 import duckdb
 import pytest
 
-from fixtures.kineto_writer import (CommCall, allgather_base_call, allreduce_call, reduce_scatter_base_call,
-                                    write_comm_calls)
+from fixtures.kineto_writer import (
+    CommCall,
+    allgather_base_call,
+    allreduce_call,
+    reduce_scatter_base_call,
+    write_comm_calls,
+)
 from nsys2comm import catalog, db
 from nsys2comm.ingest import ingest
 
