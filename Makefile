@@ -1,5 +1,5 @@
 # Everyday commands (run inside the project's virtualenv: pip install -e ".[test]").
-.PHONY: test test-fast lint fix docs bench
+.PHONY: test test-fast lint types check fix docs bench
 
 test:  ## every tier, as CI runs it
 	python -m pytest
@@ -9,6 +9,11 @@ test-fast:  ## the inner loop: in-process tests only
 
 lint:
 	ruff check .
+
+types:  ## mypy on the core modules ([tool.mypy] in pyproject.toml)
+	mypy
+
+check: lint types test-fast  ## lint, types and the in-process tier
 
 fix:
 	ruff check --fix .

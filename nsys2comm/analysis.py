@@ -111,7 +111,7 @@ def _check_value(query: str, key: str, value, default: str | None, doc: str):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         # bounded so that the macro's arithmetic stays exact in DOUBLE and within BIGINT
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= _MAX_COUNT:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= _MAX_COUNT:
             raise bad(f"a whole number from 0 to {_MAX_COUNT}")
         return int(value)
     if re.fullmatch(r"\d*\.\d+", default):

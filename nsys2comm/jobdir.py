@@ -96,7 +96,7 @@ def _rank_of(dirname: str) -> int | None | bool:
 
 def _scan(table_dir: Path) -> list[tuple[int | None, str, str]]:
     """(rank, sha16, path) of every part file under one table's directory (committed or not)."""
-    out = []
+    out: list[tuple[int | None, str, str]] = []
     try:
         rank_dirs = list(os.scandir(table_dir))
     except FileNotFoundError:

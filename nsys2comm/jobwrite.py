@@ -125,7 +125,7 @@ def write_one(path: str, out: str, rank: int | None = None, world_size: int | No
         return FileResult(path, "skipped", "already ingested")
     con = _pipeline()
     res = ingest(con, [path], rank=rank, world_size=world_size, keep_going=False, jobs=1, read_extra=read_extra)[0]
-    if res.status != "ingested":  # the same file twice in one process: its rows are gone already
+    if res.status != "ingested" or res.file_id is None:  # the same file twice in one process: its rows are gone
         return FileResult(path, "skipped", "already ingested")
     try:
         fid = _export(con, root, res.file_id, sha, path)
@@ -325,6 +325,7 @@ def write(paths: Iterable[str | Path], out: str | Path, *, rank: int | None = No
             if isinstance(err, InputError) and err.path is None:
                 line = f"{path}: {line}"
             res = FileResult(path, "failed", line)
+        assert res is not None  # a result or an error, never neither
         results.append(res)
         if on_file:
             on_file(res)

@@ -245,7 +245,7 @@ def _layout(names: list[str], cells: list[list[str]], fixed: list[bool], width: 
     wanting = sorted((natural[i] - w, i) for i, w in enumerate(widths) if w is not None and natural[i] > w)
     for k, (want, i) in enumerate(wanting):
         give = min(want, spare // (len(wanting) - k))
-        widths[i] += give
+        widths[i] = (widths[i] or 0) + give
         spare -= give
     return widths
 
