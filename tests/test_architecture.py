@@ -12,7 +12,7 @@ LAYERS = {
     "errors": 0, "catalog": 0, "units": 0, "usercache": 0, "limits": 0,
     "db": 1, "dbtemplate": 1, "cache": 1, "jobdir": 1,
     "ingest": 2, "analysis": 2, "model": 2, "jobwrite": 2, "distributed": 2,
-    "summary": 3, "report": 3, "output": 3, "compare": 3,
+    "summary": 3, "report": 3, "output": 3, "compare": 3, "export_perfetto": 3,
     "api": 4,
     "cli": 5, "__main__": 5, "__init__": 5,
 }
