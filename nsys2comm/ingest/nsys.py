@@ -150,6 +150,7 @@ class _Export:
         try:
             self.tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.OperationalError:
+            self.con.close()  # a handle left open keeps the file (and its file system) busy
             if wal and (not os.access(path.parent, os.W_OK) or _read_only_fs(path.parent)):
                 # reading a write-ahead log needs its -shm file beside it, which a read-only directory refuses
                 raise _err(path, "has a write-ahead log (-wal) beside it in a directory SQLite cannot write to",

@@ -39,7 +39,7 @@ CREATE OR REPLACE MACRO _skew_latency_min_coverage_pct() AS 10.0;
 -- --link-gbps / --nic-gbps, in-network reduction allowances included), else a bound no device exceeds: 900 GB/s, the
 -- fastest link that exists (NVLink 5, B200: 1.8 TB/s bidirectional, 900 GB/s each way), twice that for all_reduce:
 -- NVLink SHARP (NVLS) reduces in the switch, letting all_reduce busbw pass wire speed (482 GB/s on 8×H200 over
--- 450 GB/s NVLink 4, shared/reference/comm-models.md), never twice over (each rank still sends and receives S).
+-- 450 GB/s NVLink 4, docs/comm-models.md, docs/device-peaks.md), never twice over (each rank still sends and receives S).
 -- @param collective: Canonical collective ('p2p' for matched send/recv).
 -- @param peak_gbps: _devices_peak_busbw_gbps(), NULL when unknown.
 CREATE OR REPLACE MACRO _skew_latency_busbw_bound_gbps(collective, peak_gbps) AS
