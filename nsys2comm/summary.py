@@ -528,11 +528,14 @@ def _busbw_text(w: dict) -> str:
         return ""
     peak = (f", {w['busbw_pct_of_peak']:.1f}% of the {w['peak_busbw_gbps']:.0f} GB/s peak"
             if isinstance(w.get("busbw_pct_of_peak"), (int, float)) else "")
+    # the busbw factor rests on the group size: an assumed one is said beside the number
+    assumed = (f"; assumes a group of {w['group_size']} ranks, the world size: the trace records none"
+               if w.get("group_size_assumed") else "")
     if w.get("bandwidth_basis") == "incl_wait":
-        return f", bus bandwidth >= {w['busbw_gbps']:.2f} GB/s (includes waiting, a lower bound{peak})"
+        return f", bus bandwidth >= {w['busbw_gbps']:.2f} GB/s (includes waiting, a lower bound{peak}{assumed})"
     part = (f"; {w['matched_ops']} of {w['count']} operations matched"
             if isinstance(w.get("matched_ops"), int) and w.get("count") and w["matched_ops"] < w["count"] else "")
-    return f", bus bandwidth {w['busbw_gbps']:.2f} GB/s (transfer time, waiting excluded{peak}{part})"
+    return f", bus bandwidth {w['busbw_gbps']:.2f} GB/s (transfer time, waiting excluded{peak}{part}{assumed})"
 
 
 def format_summary(s: dict) -> str:
