@@ -235,7 +235,7 @@ ORDER BY first_start_ns, instance_key;
 -- @column op_name: Op name (cpu_ranges.name or the API function).
 -- @column op_kind: 'cpu_op', 'user_annotation', 'nvtx' or 'cuda_api'.
 -- @column calls: Ops of that name and kind starting in the window.
--- @column self_ns: Their self time inside the window, pro rata (ns).
+-- @column self_ns: Their self time inside the window, pro rata (ns, each op's share rounded down: ties and sums exact).
 -- @column op_order: 1 = the largest self time in the instance (ties: name).
 CREATE OR REPLACE MACRO late_rank_host_ops(epsilon_ns := 10000, top_n := 10) AS TABLE
 WITH off AS (
@@ -255,15 +255,19 @@ WITH off AS (
   SELECT a.rank, a.tid, a.call_id, a.start_ns, a.end_ns, a.name, 'cuda_api'
   FROM api_calls a JOIN thr USING (rank, tid)
 ), ends AS (  -- ops ended at or before t: running count over ends
-  SELECT rank, tid, end_ns, row_number() OVER (PARTITION BY rank, tid ORDER BY end_ns, id) AS n_ended FROM ops
+  SELECT rank, tid, end_ns, max(n) AS n_ended  -- one row per end time: an ASOF match among equal ends is arbitrary
+  FROM (SELECT rank, tid, end_ns, row_number() OVER (PARTITION BY rank, tid ORDER BY end_ns, op_kind, id) AS n FROM ops)
+  GROUP BY rank, tid, end_ns
 ), dep AS (  -- depth = ops started before (enclosing ones first at equal starts) − ops ended by its start
-  SELECT o.*, row_number() OVER (PARTITION BY o.rank, o.tid ORDER BY o.start_ns, o.end_ns DESC, o.id) - 1
+  SELECT o.*, row_number() OVER (PARTITION BY o.rank, o.tid ORDER BY o.start_ns, o.end_ns DESC, o.op_kind, o.id) - 1
               - coalesce(e.n_ended, 0) AS depth
   FROM ops o ASOF LEFT JOIN ends e ON e.rank = o.rank AND e.tid = o.tid AND o.start_ns >= e.end_ns
 ), cum AS (  -- prefix sums of durations per depth, in start order
-  SELECT rank, tid, depth, start_ns,
-         sum(end_ns - start_ns) OVER (PARTITION BY rank, tid, depth ORDER BY start_ns, id) AS dur_before_incl
-  FROM dep
+  SELECT rank, tid, depth, start_ns, max(c) AS dur_before_incl  -- one row per start time, as for ends
+  FROM (SELECT rank, tid, depth, start_ns,
+               sum(end_ns - start_ns) OVER (PARTITION BY rank, tid, depth ORDER BY start_ns, op_kind, id) AS c
+        FROM dep)
+  GROUP BY rank, tid, depth, start_ns
 ), selfd AS (
   SELECT d.*, greatest((d.end_ns - d.start_ns) - (coalesce(ce.dur_before_incl, 0) - coalesce(cs.dur_before_incl, 0)),
                        0) AS self_ns
@@ -274,12 +278,13 @@ WITH off AS (
 ), inwin AS (
   SELECT w.instance_key, w.rank, w.tid, w.w_start, w.w_end, w.host_share_ns, s.name, s.op_kind,
          CASE WHEN s.end_ns = s.start_ns THEN 0
-              ELSE s.self_ns * (least(s.end_ns, w.w_end) - s.start_ns) / (s.end_ns - s.start_ns) END AS self_in
+              ELSE CAST(s.self_ns AS HUGEINT) * (least(s.end_ns, w.w_end) - s.start_ns) // (s.end_ns - s.start_ns)
+         END AS self_in
   FROM selfd s ASOF JOIN win w ON w.rank = s.rank AND w.tid = s.tid AND s.start_ns >= w.w_start
   WHERE s.start_ns < w.w_end
 ), agg AS (
   SELECT instance_key, rank, tid, w_start, w_end, host_share_ns, name, op_kind, count(*) AS calls,
-         CAST(round(sum(self_in)) AS BIGINT) AS self_ns
+         CAST(sum(self_in) AS BIGINT) AS self_ns
   FROM inwin GROUP BY ALL
 )
 SELECT instance_key, rank AS late_rank, tid, w_start AS window_start_ns, w_end AS window_end_ns, host_share_ns,
