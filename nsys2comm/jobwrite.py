@@ -91,13 +91,15 @@ def _dead_temps(root: Path) -> list[Path]:
     return found
 
 
+def _remove(paths: list[Path]) -> list[str]:
+    for path in paths:
+        path.unlink(missing_ok=True)
+    return [str(path) for path in paths]
+
+
 def remove_stale_temps(root: Path) -> list[str]:
     """Remove the temp files of writers that died (:func:`_dead_temps`)."""
-    removed = []
-    for tmp in _dead_temps(root):
-        tmp.unlink(missing_ok=True)
-        removed.append(str(tmp))
-    return removed
+    return _remove(_dead_temps(root))
 
 
 def committed(root: Path, sha: str) -> bool:
@@ -181,11 +183,7 @@ def _orphans(root: Path) -> list[Path]:
 
 def remove_orphan_parts(root: Path) -> list[str]:
     """Remove :func:`_orphans`."""
-    removed = []
-    for p in _orphans(root):
-        p.unlink(missing_ok=True)
-        removed.append(str(p))
-    return removed
+    return _remove(_orphans(root))
 
 
 def _write_parts(con, root: Path, f0: int, fid: int, sha: str, ranks: list[int]) -> None:
