@@ -100,13 +100,16 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     cls=_Group,
 )
-queries_app = typer.Typer(
-    help="The catalog of documented SQL analyses.\n\n\b\nExample:\n  nsys2comm queries list\n"
-         "  nsys2comm queries show step_timeline",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    cls=_Group,
-)
+
+
+def _sub_app(help_text: str) -> typer.Typer:
+    """A group of sub-commands (``nsys2comm queries …``, ``nsys2comm export …``), styled as the main app."""
+    return typer.Typer(help=help_text, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
+                       cls=_Group)
+
+
+queries_app = _sub_app("The catalog of documented SQL analyses.\n\n\b\nExample:\n  nsys2comm queries list\n"
+                       "  nsys2comm queries show step_timeline")
 app.add_typer(queries_app, name="queries")
 
 _state = {"debug": os.environ.get("NSYS2COMM_DEBUG", "") not in ("", "0")}
@@ -943,13 +946,8 @@ def schema(
 # ---------------------------------------------------------------------------------------------------------------
 # export
 
-export_app = typer.Typer(
-    help="Write the job in a format other tools open.\n\n\b\nExample:\n"
-         "  nsys2comm export perfetto fixtures/example -o job.json.gz",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    cls=_Group,
-)
+export_app = _sub_app("Write the job in a format other tools open.\n\n\b\nExample:\n"
+                      "  nsys2comm export perfetto fixtures/example -o job.json.gz")
 app.add_typer(export_app, name="export")
 
 

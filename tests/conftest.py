@@ -25,6 +25,18 @@ def shared_traces() -> Path:
     return TRACES
 
 
+@pytest.fixture(scope="module")
+def con():
+    """An in-memory database with the catalog installed and empty canonical tables (tier-2 SQL tests)."""
+    import duckdb
+
+    from nsys2comm import catalog
+
+    c = duckdb.connect()
+    catalog.install(c)
+    return c
+
+
 @pytest.fixture(scope="session")
 def reference_values(shared_traces: Path) -> dict:
     import orjson

@@ -12,6 +12,18 @@ def _canon_dtype(t: str) -> str:
     return {"Float": "float32", "BFloat16": "bfloat16", "Half": "float16", "Long": "int64", "Byte": "uint8"}[t]
 
 
+def empty_job(ranks: int) -> duckdb.DuckDBPyConnection:
+    """A database with the catalog, one synthetic file and ``ranks`` ranks on one host, and nothing else: tests add
+    the kernels, launches and comm_ops rows they are about."""
+    con = duckdb.connect()
+    catalog.install(con)
+    con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) "
+                "VALUES (1, '/synthetic', 'x', 0, 'kineto', 0)")
+    for r in range(ranks):
+        con.execute("INSERT INTO ranks VALUES (?, 1, ?, 'host', ?, 'cli')", [r, 100 + r, ranks])
+    return con
+
+
 def build(run: syn.Run | None = None, con: duckdb.DuckDBPyConnection | None = None, *, steps: bool = True,
           comm_ops: bool = True) -> duckdb.DuckDBPyConnection:
     run = run or syn.make_run()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-import duckdb
 import pytest
 
 from nsys2comm import catalog
@@ -22,12 +21,6 @@ REQUIRED = {"comm_kernels", "overlap_by_rank", "time_breakdown_by_rank", "overla
             "collective_bandwidth", "p2p_latency_by_size", "latency_model", "collective_skew", "rank_wait",
             "diagnostics"}
 
-
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect()
-    catalog.install(c)
-    return c
 
 
 def test_required_objects_exist():

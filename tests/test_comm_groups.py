@@ -13,7 +13,6 @@ import gzip
 import json
 import math
 
-import duckdb
 import pytest
 
 from fixtures.kineto_writer import (
@@ -23,18 +22,12 @@ from fixtures.kineto_writer import (
     reduce_scatter_base_call,
     write_comm_calls,
 )
-from nsys2comm import catalog, db
+from nsys2comm import db
 from nsys2comm.ingest import ingest
 
 F32 = 4
 BF16 = 2
 
-
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect()
-    catalog.install(c)
-    return c
 
 
 def _ops(paths, **kw):

@@ -9,12 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from nsys2comm import catalog
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_db  # noqa: E402
@@ -33,12 +30,7 @@ class Job:
     """A tiny job: kernels with their launch calls, and comm_ops rows for the communication kernels."""
 
     def __init__(self, ranks: int = 2):
-        self.con = duckdb.connect()
-        catalog.install(self.con)
-        self.con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) "
-                         "VALUES (1, '/synthetic', 'x', 0, 'kineto', 0)")
-        for r in range(ranks):
-            self.con.execute("INSERT INTO ranks VALUES (?, 1, ?, 'host', ?, 'cli')", [r, 100 + r, ranks])
+        self.con = synth_db.empty_job(ranks)
         self.kid = 0
 
     def kernel(self, rank: int, name: str, start_us: float, end_us: float, *, stream: int = COMPUTE_STREAM,

@@ -19,7 +19,6 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +26,7 @@ from hypothesis import strategies as st
 from fixtures.kineto_writer import GemmOp, write_kineto
 from fixtures.nsys_writer import write_nsys
 from fixtures.synthetic import T0_NS, US, Kernel, RankRun, Run, Step
-from nsys2comm import Job, catalog
+from nsys2comm import Job
 
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
 SPLITK = ("void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, false>"
@@ -38,12 +37,6 @@ BF16, F32, F16 = "c10::BFloat16", "float", "c10::Half"
 SIZE = {BF16: 2, F32: 4, F16: 2, "c10::Float8_e4m3fn": 1}
 CANON = {BF16: "bfloat16", F32: "float32", F16: "float16", "c10::Float8_e4m3fn": "float8_e4m3"}
 
-
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect()
-    catalog.install(c)
-    return c
 
 
 # ------------------------------------------------------------------------------------------------ tier 2: rules

@@ -8,14 +8,12 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixtures.kernel_names.build_corpus import kineto_kernel_names, nsys_kernel_names
 from fixtures.kernel_names.reference_parser import base_name
-from nsys2comm import catalog
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "kernel_names" / "corpus.csv"
 
@@ -42,12 +40,6 @@ ISSUE_SHAPES = {
         "at::native::(anonymous namespace)::CatArrayBatchedCopy_vectorized",
 }
 
-
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect()
-    catalog.install(c)
-    return c
 
 
 @pytest.fixture(scope="module")

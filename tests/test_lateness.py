@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsys2comm import catalog
+sys.path.insert(0, str(Path(__file__).parent))
+import synth_db  # noqa: E402
 
 US = 1000
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -29,12 +30,7 @@ SHARES = ("host_share_ns", "gpu_compute_share_ns", "queued_share_ns", "earlier_c
 
 class Job:
     def __init__(self, ranks: int = 2):
-        self.con = duckdb.connect()
-        catalog.install(self.con)
-        self.con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) "
-                         "VALUES (1, '/synthetic', 'x', 0, 'kineto', 0)")
-        for r in range(ranks):
-            self.con.execute("INSERT INTO ranks VALUES (?, 1, ?, 'host', ?, 'cli')", [r, 100 + r, ranks])
+        self.con = synth_db.empty_job(ranks)
         self.kid = 0
 
     def kernel(self, rank, name, start_us, end_us, launch_us=None, *, stream=7, collective=None, pg="0", seq=None):
@@ -86,15 +82,20 @@ def _second(job):
     return row
 
 
+def _second_of(body) -> dict:
+    """The second all_reduce's causes in the two-rank base job with ``body`` added on rank 1."""
+    job = Job()
+    _base(job, body)
+    return _second(job)
+
+
 def test_host_launches_late():
     """Rank 1 runs the same GEMM, then its host launches all_reduce #2 at 400 (it starts at 405): GPU idle with
     nothing launched. Lateness 135 = host (10 + 145) − (10 + 10)."""
     def body(job):
         job.kernel(1, GEMM, 210, 260, 205)
         job.kernel(1, AR, 405, 500, 400, stream=20, collective="all_reduce", seq=2)
-    job = Job()
-    _base(job, body)
-    row = _second(job)
+    row = _second_of(body)
     assert row["lateness_ns"] == 135 * US and row["late_host_bound_ns"] == 155 * US
     assert (row["host_share_ns"], row["gpu_compute_share_ns"], row["queued_share_ns"]) == (135 * US, 0, 0)
     assert row["primary_cause"] == "host" and row["primary_share_pct"] == 100.0
@@ -129,9 +130,7 @@ def test_longer_gemm():
     def body(job):
         job.kernel(1, GEMM, 210, 360, 205)
         job.kernel(1, AR, 370, 500, 362, stream=20, collective="all_reduce", seq=2)
-    job = Job()
-    _base(job, body)
-    row = _second(job)
+    row = _second_of(body)
     assert row["lateness_ns"] == 100 * US
     assert (row["gpu_compute_share_ns"], row["host_share_ns"], row["queued_share_ns"]) == (100 * US, 0, 0)
     assert row["primary_cause"] == "gpu_compute"
@@ -144,9 +143,7 @@ def test_queued_on_an_event():
     def body(job):
         job.kernel(1, GEMM, 300, 350, 205)
         job.kernel(1, AR, 360, 500, 262, stream=20, collective="all_reduce", seq=2)
-    job = Job()
-    _base(job, body)
-    row = _second(job)
+    row = _second_of(body)
     assert row["lateness_ns"] == 90 * US and row["late_queued_idle_ns"] == 94 * US
     assert (row["host_share_ns"], row["queued_share_ns"], row["gpu_compute_share_ns"]) == (-4 * US, 94 * US, 0)
     assert row["primary_cause"] == "queued"
@@ -159,9 +156,7 @@ def test_stuck_in_an_earlier_collective_of_another_group():
         job.kernel(1, GEMM, 210, 260, 205)
         job.kernel(1, AG, 262, 400, 255, stream=21, collective="all_gather", pg="1", seq=1)
         job.kernel(1, AR, 405, 500, 398, stream=20, collective="all_reduce", seq=2)
-    job = Job()
-    _base(job, body)
-    row = _second(job)
+    row = _second_of(body)
     assert row["lateness_ns"] == 135 * US and row["late_earlier_comm_ns"] == 138 * US
     assert (row["earlier_comm_share_ns"], row["host_share_ns"]) == (138 * US, -3 * US)
     assert row["primary_cause"] == "earlier_comm"

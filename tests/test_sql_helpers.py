@@ -5,17 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-import duckdb
 import pytest
-
-from nsys2comm import catalog
-
-
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect()
-    catalog.install(c)
-    return c
 
 
 def _most_common(con, values: list) -> object:

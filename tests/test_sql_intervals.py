@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
-import duckdb
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from nsys2comm import catalog
-
-
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect()
-    catalog.install(c)
-    return c
 
 
 def _load(con, name, rows, probe=False):

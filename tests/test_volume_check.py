@@ -23,16 +23,10 @@ from nsys2comm.summary import build_summary, format_summary
 MODEL = Model()  # L=4, h=256, s=128, b=2, V=1024, bf16: P = 3,678,720 (divisible by every t·p used here)
 MODEL_OBJECTS = [o for o in catalog.load_catalog() if o.area == "model"]
 
-# comm-models.md §2.3 worked example: GPT-NeoX 1.3B ("1-3B" config)
+# docs/comm-models.md worked example: GPT-NeoX 1.3B ("1-3B" config)
 L, H, S, B, V = 24, 2048, 2048, 4, 50304
 P_13B = 1_414_402_048
 
-
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect()
-    catalog.install(c)
-    return c
 
 
 def q(con, expr: str):
