@@ -24,6 +24,19 @@ def empty_job(ranks: int) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def add_kernel(con, k: int, rank: int, name: str, start_ns: int, end_ns: int, stream: int,
+               launch_ns: tuple[int, int] | None = None) -> None:
+    """Kernel ``k`` (its id and correlation id) of an :func:`empty_job`, classified by the catalog's own rules, and
+    its cudaLaunchKernel call on the rank's thread 1 when ``launch_ns`` (start, end) is given."""
+    con.execute("INSERT INTO kernels (kernel_id, file_id, rank, device_id, stream_id, start_ns, end_ns, name, "
+                "short_name, correlation_id, kernel_class) "
+                "VALUES (?, 1, ?, 0, ?, ?, ?, ?, kernel_short_name(?), ?, kernel_class(?))",
+                [k, rank, stream, start_ns, end_ns, name, name, k, name])
+    if launch_ns is not None:
+        con.execute("INSERT INTO api_calls VALUES (?, 1, ?, ?, 1, ?, ?, 'cudaLaunchKernel', ?, 'runtime')",
+                    [k, rank, 100 + rank, launch_ns[0], launch_ns[1], k])
+
+
 def build(run: syn.Run | None = None, con: duckdb.DuckDBPyConnection | None = None, *, steps: bool = True,
           comm_ops: bool = True) -> duckdb.DuckDBPyConnection:
     run = run or syn.make_run()

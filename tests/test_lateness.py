@@ -36,13 +36,8 @@ class Job:
     def kernel(self, rank, name, start_us, end_us, launch_us=None, *, stream=7, collective=None, pg="0", seq=None):
         self.kid += 1
         k = self.kid
-        self.con.execute("INSERT INTO kernels (kernel_id, file_id, rank, device_id, stream_id, start_ns, end_ns, "
-                         "name, short_name, correlation_id, kernel_class) "
-                         "VALUES (?, 1, ?, 0, ?, ?, ?, ?, kernel_short_name(?), ?, kernel_class(?))",
-                         [k, rank, stream, int(start_us * US), int(end_us * US), name, name, k, name])
-        if launch_us is not None:
-            self.con.execute("INSERT INTO api_calls VALUES (?, 1, ?, ?, 1, ?, ?, 'cudaLaunchKernel', ?, 'runtime')",
-                             [k, rank, 100 + rank, int(launch_us * US), int((launch_us + 1) * US), k])
+        launch = None if launch_us is None else (int(launch_us * US), int((launch_us + 1) * US))
+        synth_db.add_kernel(self.con, k, rank, name, int(start_us * US), int(end_us * US), stream, launch)
         if collective:
             self.con.execute("INSERT INTO comm_ops (kernel_id, file_id, rank, collective, msg_bytes, group_size, "
                              "pg_name, seq, n_ops, collective_source) VALUES (?, 1, ?, ?, 1048576, 2, ?, ?, 1, 'test')",
