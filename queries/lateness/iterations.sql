@@ -1,8 +1,12 @@
 -- @include overlap/timeline.sql
 -- Iterations per rank, with or without step markers (tier of the tests: tests/test_iterations.py, tier 2 and 3).
 -- iteration_source:
---   'marker'        the rank's step markers (_overlap_steps: Kineto ProfilerStep#N, else NVTX 'step N',
---                   'iteration N', 'iter N', 'train_step N', 'ProfilerStep#N'), one iteration per marker range;
+--   'marker'        the rank's step markers, one iteration per marker range: the user's marker name when given
+--                   (marker := 'train_step': ranges of any kind, NVTX or annotation, named exactly that or that
+--                   followed by a number, 'train_step 12', 'train_step#12'; outermost ones only, nested repeats
+--                   dropped), else _overlap_steps (Kineto ProfilerStep#N, else NVTX 'step N', 'iteration N',
+--                   'iter N', 'train_step N', 'ProfilerStep#N'); use_markers := false ignores every marker (to
+--                   check detection against them);
 --   'detected'      no marker on the rank: the repeating unit of its communication and GEMM kernel names;
 --   'whole_capture' neither: the rank's whole capture is one iteration.
 -- Detection (per rank without markers):
@@ -32,9 +36,13 @@
 -- sequence, else the whole capture (algorithm in the description of queries/lateness/iterations.sql). Times are on
 -- the rank's own clock (the job timeline of its file, as cpu_ranges and kernels).
 -- @param min_score: Smallest share of the sequence that a detected period must explain (0..1, default 0.9).
+-- @param marker: Name of the user's iteration range (NVTX or annotation), e.g. 'train_step'; ranges named exactly
+-- that or that plus a number. Ranks without it fall back to ProfilerStep/NVTX step markers. '' (default): none.
+-- @param use_markers: false: ignore every marker and detect (or take the whole capture) on every rank.
 -- @column rank: Rank.
 -- @column iteration: 0, 1, ... in start order on the rank.
--- @column step_no: The marker's number N (ProfilerStep#N); NULL when detected or whole_capture.
+-- @column step_no: The marker's number N (ProfilerStep#N, train_step 12); NULL when it has none, when detected or
+-- whole_capture.
 -- @column iteration_source: 'marker', 'detected' or 'whole_capture'.
 -- @column start_ns: Iteration start (ns): the marker's start; detected: the start of the iteration's first kernel of
 -- the detected stream (iteration 0: the rank's first kernel); whole_capture: the rank's first kernel.
@@ -48,8 +56,22 @@
 -- @column stream_id: detected: the stream whose sequence was used; else NULL.
 -- @column rank_iterations: Iterations on this rank.
 -- @column ranks_agree: detected: every detected rank found the same number of iterations; NULL for other sources.
-CREATE OR REPLACE MACRO iterations(min_score := 0.9) AS TABLE
-WITH mk AS (SELECT DISTINCT rank FROM _overlap_steps()),
+CREATE OR REPLACE MACRO iterations(min_score := 0.9, marker := '', use_markers := true) AS TABLE
+WITH um AS (  -- the user's marker ranges: outermost ones (not starting inside an earlier one on the rank)
+  SELECT rank, name, start_ns, end_ns FROM cpu_ranges
+  WHERE coalesce(marker, '') <> '' AND end_ns IS NOT NULL AND end_ns >= start_ns
+    AND (name = marker OR (starts_with(name, marker)
+                           AND regexp_matches(substr(name, length(marker) + 1), '^[ _#:]*[0-9]+$')))
+  QUALIFY coalesce(start_ns >= max(end_ns) OVER (PARTITION BY rank ORDER BY start_ns, end_ns DESC, range_id
+                                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true)
+), steps AS (
+  SELECT rank, TRY_CAST(regexp_extract(name, '([0-9]+)$', 1) AS BIGINT) AS step_no, start_ns AS step_start_ns,
+         end_ns AS step_end_ns
+  FROM um WHERE use_markers
+  UNION ALL
+  SELECT rank, step_no, step_start_ns, step_end_ns FROM _overlap_steps()
+  WHERE use_markers AND rank NOT IN (SELECT rank FROM um)
+), mk AS (SELECT DISTINCT rank FROM steps),
 kr AS (SELECT rank, min(start_ns) AS first_ns, max(end_ns) AS last_ns FROM kernels GROUP BY rank),
 cg AS (
   SELECT rank, stream_id, kernel_id, start_ns, name AS tok FROM kernels
@@ -108,7 +130,7 @@ cg AS (
   SELECT rank, step_no, 'marker' AS iteration_source, step_start_ns AS start_ns, step_end_ns AS end_ns,
          NULL::BIGINT AS first_kernel_id, NULL::BIGINT AS period_kernels, NULL::DOUBLE AS period_score_pct,
          NULL::BIGINT AS warmup_kernels, NULL::BIGINT AS stream_id
-  FROM _overlap_steps()
+  FROM steps
 ), whole AS (
   SELECT kr.rank, NULL::BIGINT, 'whole_capture', kr.first_ns, kr.last_ns, NULL::BIGINT, NULL::BIGINT,
          NULL::DOUBLE, NULL::BIGINT, NULL::BIGINT
