@@ -253,9 +253,12 @@ class Job:
         """Run one or more SQL statements; returns the last statement's rows (empty frame if it has none).
 
         Read-only unless ``write=True`` (defaults to how the job was opened); temporary objects are always allowed.
-        All catalog objects (views, macros) can be used.
+        All catalog objects (views, macros) can be used. Integral HUGEINT and DECIMAL(p, 0) columns (``sum`` of
+        BIGINT) come back as Int64 where every value fits.
         """
         import duckdb
+
+        from .output import exact_integers
 
         write = (not self.read_only) if write is None else write
         if not text or not text.strip():
@@ -279,7 +282,8 @@ class Job:
             try:
                 if last and st.type.name in _ROW_TYPES:
                     rel = self.con.sql(st.query)
-                    return rel.pl() if rel is not None else _no_rows()
+                    # integer sums stay integers: sum(BIGINT) is HUGEINT/DECIMAL(38,0) in DuckDB
+                    return exact_integers(rel.pl()) if rel is not None else _no_rows()
                 self.con.execute(st.query)
                 settle(self.con)
             except duckdb.Error as e:

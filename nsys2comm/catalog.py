@@ -6,7 +6,13 @@ Each public object is introduced by a header comment block::
     -- Description, one or more lines.
     -- @param key: what it does (macros)
     -- @column col: what it holds, with the unit in its name
+    -- @column other [key]: a key column (see below)
     CREATE ... NAME ...;
+
+A ``[key]`` mark after a column name puts the column in the object's default set for narrow terminals
+(:attr:`CatalogObject.key_columns`): the identifiers of a row first, then the figures the object exists for; never
+an epoch timestamp (``tests/test_catalog_lint.py``). A table on a terminal too narrow for every column shows the key
+columns first (``nsys2comm.output``).
 
 Everything up to the next header belongs to that object. The same text is loaded into DuckDB as
 ``COMMENT ON`` so that plain ``duckdb run.duckdb`` users see it too.
@@ -20,7 +26,7 @@ from functools import cache
 from pathlib import Path
 
 _HEADER = re.compile(r"^--\s*@(table|view|macro)\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
-_TAG = re.compile(r"^--\s*@(param|column)\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$")
+_TAG = re.compile(r"^--\s*@(param|column)\s+([A-Za-z_][A-Za-z0-9_]*)\s*(\[key\])?\s*:\s*(.*)$")
 
 
 @dataclass
@@ -33,6 +39,7 @@ class CatalogObject:
     params: dict[str, str] = field(default_factory=dict)
     columns: dict[str, str] = field(default_factory=dict)
     sql: str = ""
+    key_columns: list[str] = field(default_factory=list)  # the @column lines marked [key], in column order
 
     @property
     def public(self) -> bool:
@@ -136,7 +143,12 @@ def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:
             t = _TAG.match(stripped)
             if t:
                 target = current.params if t.group(1) == "param" else current.columns
-                target[t.group(2)] = t.group(3).strip()
+                target[t.group(2)] = t.group(4).strip()
+                if t.group(3):
+                    if t.group(1) == "param":
+                        raise ValueError(f"{path}: {current.name}: [key] marks output columns, not @param "
+                                         f"{t.group(2)}")
+                    current.key_columns.append(t.group(2))
                 last = target, t.group(2)
             else:
                 text = stripped[2:].strip()

@@ -138,12 +138,19 @@ OutOpt = Annotated[Path | None, typer.Option(
                                            ".json .jsonl .parquet .md).", show_default=False, dir_okay=False)]
 TimeUnitOpt = Annotated[TimeUnit | None, typer.Option(
     "--timeunit", metavar="UNIT", case_sensitive=False, show_default=False,
-    help="Show times in ns, us, ms or s: columns named *_ns are converted and renamed *_us, *_ms or *_s (default: "
-         "integer ns as stored).")]
+    help="Show times in ns, us, ms or s: columns named *_ns are converted, rounded to whole ns and renamed *_us, "
+         "*_ms or *_s; timestamps (columns named start_ns, end_ns, first_ns, last_ns, ts_ns or ending _start_ns, "
+         "_end_ns ...) then count from the job's first event, as the table's first line (or stderr) says "
+         "(default: integer ns as stored, timestamps on the absolute timeline).")]
 RelativeOpt = Annotated[bool, typer.Option(
-    "--relative", help="Show timestamps (columns named start_ns, end_ns, first_ns, last_ns or ending _start_ns, "
-                       "_end_ns ...) as time since the job's first event instead of on the absolute timeline; "
-                       "durations are unchanged.")]
+    "--relative", help="Show timestamps (columns named start_ns, end_ns, first_ns, last_ns, ts_ns or ending "
+                       "_start_ns, _end_ns ...) as time since the job's first event instead of on the absolute "
+                       "timeline, also in ns; durations are unchanged.")]
+ColumnsOpt = Annotated[str | None, typer.Option(
+    "--columns", "-c", metavar="A,B,...", show_default=False,
+    help="Show exactly these columns, in this order (a time column may be named in any unit). Without it, a "
+         "table too narrow for every column shows the query's key columns first ('nsys2comm queries show NAME' "
+         "marks them), or one record per row when even those do not fit.")]
 KeepGoingOpt = Annotated[bool, typer.Option(
     "--keep-going", help="Trace files: analyse the ones that can be read, list the others on stderr (and in the "
                          "summary's failed_files and missing), and exit 4 if any could not be read (3 wins when "
@@ -534,6 +541,11 @@ def diff_(
                                                        "headline changes, rows, missing, thresholds.")] = False,
     fmt: FormatOpt = None,
     output: OutOpt = None,
+    columns: ColumnsOpt = None,
+    timeunit: Annotated[TimeUnit | None, typer.Option(
+        "--timeunit", metavar="UNIT", case_sensitive=False, show_default=False,
+        help="Show the time rows (metrics named *_ns…) and impact_ns in ns, us, ms or s, rounded to whole ns; "
+             "the metric and column names say the unit (default: ns).")] = None,
     max_exposed_regression_pct: Annotated[float | None, typer.Option(
         metavar="X", show_default=False,
         help="Exit 3 if exposed communication per step grew by more than X % over BASE.")] = None,
@@ -564,6 +576,7 @@ def diff_(
     Example:
       nsys2comm diff before.duckdb after.duckdb
       nsys2comm diff before/ after/ --json --max-exposed-regression-pct 5 > diff.json
+      nsys2comm diff before.duckdb after.duckdb --timeunit ms -c metric,key,delta,delta_pct
     """
     from .compare import document
 
@@ -571,9 +584,11 @@ def diff_(
                   max_wait_regression_pct=max_wait_regression_pct)
     with _errors():
         if not json_:
-            out_.infer_format(fmt, output)  # usage errors before any work
-        elif fmt is not None:
-            raise UsageError("--json prints one document; --format is for the rows", hint="drop one of them")
+            fmt_used = out_.infer_format(fmt, output)  # usage errors before any work
+        elif fmt is not None or columns is not None or timeunit is not None:
+            raise UsageError("--json prints one document (times in ns); --format, --columns and --timeunit are "
+                             "for the rows", hint="drop one of them")
+        wanted = out_.parse_columns(columns)
         base_job = _open([base], keep_going=keep_going)
         try:
             new_job = _open([new], keep_going=keep_going)
@@ -589,10 +604,25 @@ def diff_(
         if json_:
             out_.write_document(d, out=output)
         else:
-            out_.write_rows(comparison.rows, fmt=fmt, out=output)
+            _write_diff_rows(comparison.rows, fmt=fmt_used, output=output, timeunit=timeunit, columns=wanted)
             _say_diff(d)
         _gate(d, strict)
         _exit_partial(base_job, new_job)
+
+
+# what a diff table shows first: the row's metric and subject, then what changed and what it costs
+DIFF_KEYS = ["metric", "key", "delta", "delta_pct", "impact_ns"]
+
+
+def _write_diff_rows(rows, *, fmt: str, output, timeunit: TimeUnit | None, columns: list[str] | None) -> None:
+    """The diff's rows in ``--timeunit``, percentages to the summary's precision; a table leads with
+    :data:`DIFF_KEYS` (other formats keep the documented column order)."""
+    df = out_.round_percentages(out_.convert_diff_times(rows, timeunit or TimeUnit.ns))
+    keys = [r for r in (out_.resolve_column(k, df.columns) for k in DIFF_KEYS) if r is not None]
+    if fmt == "table" and columns is None:
+        df = df.select(keys + [c for c in df.columns if c not in keys])
+    df = out_.select_columns(df, columns)
+    out_.write_rows(df, fmt=fmt, out=output, keys=keys, exact=columns is not None)
 
 
 def _say_diff(d: dict) -> None:
@@ -652,6 +682,11 @@ def report(
              "section comparing this job with it (as 'nsys2comm diff BASE ...').")] = None,
     model: ModelOpt = None,
     layout: LayoutOpt = None,
+    step: Annotated[int | None, typer.Option(
+        "--step", metavar="N", show_default=False,
+        help="The step the timeline shows: N of a step marker (ProfilerStep#N, NVTX 'step N'), or the index of a "
+             "detected iteration when the trace has no markers (query 'iterations'). Default: the median-length "
+             "step.")] = None,
     link_gbps: LinkGbpsOpt = None,
     nic_gbps: NicGbpsOpt = None,
     scheduler: SchedulerOpt = None,
@@ -676,7 +711,7 @@ def report(
             job = _open(sources, scheduler=scheduler, dask_local=dask_local, keep_going=keep_going)
             job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
             path = job.report(output, png_dir=png_dir, svg_dir=svg_dir, baseline=base_job, model=model,
-                              layout=layout)
+                              layout=layout, step=step)
             job.close()
         finally:
             if base_job is not None:
@@ -699,6 +734,7 @@ def query(
                                                        show_default=False)] = None,
     fmt: FormatOpt = None,
     output: OutOpt = None,
+    columns: ColumnsOpt = None,
     timeunit: TimeUnitOpt = None,
     relative: RelativeOpt = False,
     link_gbps: LinkGbpsOpt = None,
@@ -713,17 +749,21 @@ def query(
     Example:
       nsys2comm query run.duckdb step_timeline -p max_segments=50 --format csv
       nsys2comm query fixtures/example run_overview -o overview.parquet
-      nsys2comm query run.duckdb comm_kernels --timeunit us --relative
+      nsys2comm query run.duckdb comm_kernels --timeunit us
+      nsys2comm query run.duckdb collective_bandwidth -c collective,bucket_lo_bytes,busbw_gbps
       nsys2comm query /shared/job42/ overlap_by_rank --dask-local 4
     """
     with _errors():
         params = parse_params(param)
         out_.infer_format(fmt, output)  # usage errors before any work
+        wanted = out_.parse_columns(columns)
         _check_query(name, params)
         job = _open(sources, scheduler=scheduler, dask_local=dask_local, keep_going=keep_going)
         job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
         df = job.query(name, **params)
-        _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative)
+        obj = catalog.find(name)
+        _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative, columns=wanted,
+                    keys=obj.key_columns if obj else None)
         job.close()
         _exit_partial(job)
 
@@ -740,11 +780,23 @@ def _check_query(name: str, params: dict) -> None:
         raise
 
 
-def _write_rows(job: Job, df, *, fmt, output, timeunit: TimeUnit | None, relative: bool) -> None:
+def _write_rows(job: Job, df, *, fmt, output, timeunit: TimeUnit | None, relative: bool,
+                columns: list[str] | None = None, keys: list[str] | None = None) -> None:
+    """Rows through the one time rule (``nsys2comm.output``: units, timestamps from the job start, percentages to
+    the summary's precision), then ``--columns`` or the key columns for a narrow table."""
+    names = list(df.columns)
+    note = None
     if timeunit is not None or relative:
-        origin = job_start_ns(job.con) if relative else None
+        origin = job_start_ns(job.con) if out_.shifts_timestamps(timeunit, relative) else None
+        note = out_.time_note(names, timeunit, relative, origin)
         df = out_.convert_times(df, timeunit or TimeUnit.ns, relative=relative, origin_ns=origin)
-    out_.write_rows(df, fmt=fmt, out=output)
+    df = out_.round_percentages(out_.exact_integers(df))
+    if keys is None:  # SELECT * FROM a catalog view through 'sql': that object's key columns
+        obj = next((o for o in catalog.public_queries() if list(o.columns) == names), None)
+        keys = obj.key_columns if obj else None
+    shown = [r for r in (out_.resolve_column(k, df.columns) for k in keys or []) if r is not None]
+    df = out_.select_columns(df, columns)
+    out_.write_rows(df, fmt=fmt, out=output, keys=shown or None, exact=columns is not None, note=note)
 
 
 @app.command(cls=_Command)
@@ -756,6 +808,7 @@ def sql(
     write: Annotated[bool, typer.Option("--write", help="Allow statements that change the database.")] = False,
     fmt: FormatOpt = None,
     output: OutOpt = None,
+    columns: ColumnsOpt = None,
     timeunit: TimeUnitOpt = None,
     relative: RelativeOpt = False,
     lock_timeout: LockOpt = 60.0,
@@ -774,6 +827,7 @@ def sql(
     """
     with _errors():
         out_.infer_format(fmt, output)
+        wanted = out_.parse_columns(columns)
         if text is None or text == "-":
             if text is None and hasattr(sys.stdin, "isatty") and sys.stdin.isatty():
                 raise UsageError("no SQL given", hint='pass it as an argument, or "-" to read it from stdin')
@@ -790,7 +844,7 @@ def sql(
         if write:
             _refresh_after_write(job)
         if df.width:
-            _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative)
+            _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative, columns=wanted)
         job.close()
         _exit_partial(job)
 
@@ -831,16 +885,19 @@ def catalog_rows():
 
 
 @queries_app.command("list", cls=_Command)
-def queries_list(fmt: FormatOpt = None, output: OutOpt = None) -> None:
-    """List the catalog's queries: name, area, one-line description.
+def queries_list(fmt: FormatOpt = None, output: OutOpt = None, columns: ColumnsOpt = None) -> None:
+    """List the catalog's queries: name, area, one-line description (wrapped to the terminal).
 
     \b
     Example:
       nsys2comm queries list
       nsys2comm queries list --format markdown
+      nsys2comm queries list -c name,description
     """
     with _errors():
-        out_.write_rows(catalog_rows(), fmt=fmt, out=output)
+        wanted = out_.parse_columns(columns)
+        out_.write_rows(out_.select_columns(catalog_rows(), wanted), fmt=fmt, out=output,
+                        keys=["name", "area", "description"], exact=wanted is not None)
 
 
 @queries_app.command("show", cls=_Command)
@@ -866,7 +923,8 @@ def queries_show(
         if json_:
             out_.write_document({"name": obj.name, "kind": obj.kind, "area": obj.area,
                                  "file": f"{obj.path.parent.name}/{obj.path.name}", "description": obj.description,
-                                 "params": obj.params, "columns": obj.columns, "sql": obj.sql})
+                                 "params": obj.params, "columns": obj.columns, "key_columns": obj.key_columns,
+                                 "sql": obj.sql})
             return
         lines = [f"{obj.name} ({obj.kind}{', table macro' if obj.is_table_macro else ''}; "
                  f"queries/{obj.path.parent.name}/{obj.path.name})", "", obj.description, ""]
@@ -876,7 +934,7 @@ def queries_show(
             lines.append("")
         if obj.columns:
             lines.append("Columns:")
-            lines += [f"  {k}: {v}" for k, v in obj.columns.items()]
+            lines += [f"  {k}{' [key]' if k in obj.key_columns else ''}: {v}" for k, v in obj.columns.items()]
             lines.append("")
         lines += ["SQL:", obj.sql]
         out_.text("\n".join(lines))
@@ -915,6 +973,7 @@ def schema(
                                                          "COMMENT ON docs.")] = None,
     fmt: FormatOpt = None,
     output: OutOpt = None,
+    columns: ColumnsOpt = None,
 ) -> None:
     """Tables, views and columns of the canonical schema with their docs (from queries/, or from a database).
 
@@ -922,10 +981,12 @@ def schema(
     Example:
       nsys2comm schema
       nsys2comm schema run.duckdb --format markdown
+      nsys2comm schema -c object,column,doc
     """
     import polars as pl
 
     with _errors():
+        wanted = out_.parse_columns(columns)
         if source is None:
             rows = []
             for o in catalog.load_catalog():
@@ -940,7 +1001,8 @@ def schema(
             job = _open([source])
             df = job.query("schema_objects")
             job.close()
-        out_.write_rows(df, fmt=fmt, out=output)
+        keys = catalog.find("schema_objects").key_columns  # type: ignore[union-attr]
+        out_.write_rows(out_.select_columns(df, wanted), fmt=fmt, out=output, keys=keys, exact=wanted is not None)
 
 
 # ---------------------------------------------------------------------------------------------------------------

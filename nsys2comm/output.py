@@ -7,12 +7,25 @@ Design decisions (sqlite-utils / hf / harlequin habits):
 * ``--format`` is one of :data:`FORMATS`; with ``-o PATH`` and no ``--format`` the format comes from the file
   extension (:func:`infer_format`). ``parquet`` is binary and needs ``-o``.
 * Values are not converted unless asked: times stay integer nanoseconds, sizes integer bytes. ``--timeunit``
-  and ``--relative`` (:func:`convert_times`) rescale the ``*_ns`` columns and rename them to the new unit. Float
-  NaN becomes ``null`` (JSON) or an empty field (CSV/TSV). Nested values (lists, structs) are written as JSON text
-  in CSV/TSV/markdown.
-* Only ``table`` is for eyes: it rounds floats for display and, on a terminal, fits its width the way the duckdb
-  CLI does: numbers are never cut, long text is truncated with "…", and columns that do not fit are left out with
-  a note on stderr. Every other format is exact and complete.
+  (:func:`convert_times`) rescales the ``*_ns`` columns, rounded to the unit's ns resolution (us: 3 decimals), and
+  renames them to the new unit. **The one time rule**: a column is an absolute timestamp on the job timeline when
+  its name ends ``start_ns``, ``end_ns``, ``first_ns``, ``last_ns`` or ``ts_ns`` (:func:`is_timestamp_column`,
+  checked against the catalog's docs by ``tests/test_catalog_lint.py``); everything else ending ``_ns`` is a
+  duration. Timestamps stay integer ns on the absolute timeline, unless ``--relative`` is given or a unit other than
+  ns is chosen: then they count from the job's first event, and the output says so (:func:`time_note`: the first
+  line of a table, a line on stderr for the other formats). Integral HUGEINT/DECIMAL(38,0) results (DuckDB's
+  ``sum`` of BIGINT) become Int64 (:func:`exact_integers`). ``*_pct`` columns are rounded to
+  :data:`~nsys2comm.units.PCT_DECIMALS` decimals, the summary's precision (:func:`round_percentages`). No format
+  writes a number in exponent form where the plain form is at most 32 characters long. Float NaN becomes ``null``
+  (JSON) or an empty field (CSV/TSV). Nested values (lists, structs) are written as JSON text in
+  CSV/TSV/markdown.
+* ``--columns a,b`` (:func:`select_columns`) keeps exactly those columns in that order.
+* Only ``table`` is for eyes: it rounds floats for display and, on a terminal, fits its width: numbers are never
+  cut. When every column does not fit, a catalog object's key columns (``-- @column name [key]:``, see
+  :mod:`nsys2comm.catalog`) come first, then the others that fit (stderr names the columns left out); key text
+  wraps, other text is truncated with "…". When even the key columns (or the columns asked for with
+  ``--columns``) do not fit, the table becomes one record per row (:func:`render_records`). Every other format is
+  exact and complete.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from .errors import UsageError
-from .units import NS_PER_UNIT
+from .units import NS_PER_UNIT, PCT_DECIMALS
 
 if TYPE_CHECKING:  # imported where rows are made: commands that make none (ingest) start 0.2 s sooner
     import polars as pl
@@ -107,31 +120,51 @@ class TimeUnit(StrEnum):
     s = "s"
 
 
-# epoch timestamps (start_ns, window_start_ns, first_ns, span_end_ns ...), as opposed to durations (span_ns)
-_TIMESTAMP = re.compile(r"(^|_)(start|end|first|last)_ns$")
+# epoch timestamps (start_ns, window_start_ns, first_ns, span_end_ns ...), as opposed to durations (span_ns) and
+# offsets (start_offset_ns): the name decides, and tests/test_catalog_lint.py checks every catalog column against it
+_TIMESTAMP = re.compile(r"(^|_)(start|end|first|last|ts)_ns$")
+# a column in a time unit: the decimals that are the unit's ns resolution
+_UNIT_SUFFIX = re.compile(r"_(ns|us|ms|s)$")
 
 
 def is_timestamp_column(name: str) -> bool:
-    """True for a column named as a point on the job timeline, e.g. ``start_ns`` or ``span_end_ns``."""
+    """True for a column named as a point on the job timeline, e.g. ``start_ns``, ``span_end_ns``, ``first_ns``."""
     return bool(_TIMESTAMP.search(name))
+
+
+def unit_decimals(unit: str) -> int:
+    """Decimals of a time in ``unit`` that are whole ns: 0 for ns, 3 for us, 6 for ms, 9 for s."""
+    return len(str(NS_PER_UNIT[unit])) - 1
+
+
+def _unit_value(unit: str | TimeUnit) -> str:
+    unit = unit.value if isinstance(unit, TimeUnit) else str(unit)
+    if unit not in NS_PER_UNIT:
+        raise UsageError(f"unknown time unit {unit!r}", hint="choose one of " + ", ".join(NS_PER_UNIT))
+    return unit
+
+
+def shifts_timestamps(unit: str | TimeUnit | None, relative: bool) -> bool:
+    """Whether timestamps count from the job start: with ``--relative``, or with any unit other than ns."""
+    return relative or (unit is not None and _unit_value(unit) != "ns")
 
 
 def convert_times(df: pl.DataFrame, unit: str | TimeUnit = "ns", *, relative: bool = False,
                   origin_ns: int | None = None) -> pl.DataFrame:
     """Numeric ``*_ns`` columns in ``unit``, renamed ``*_us``/``*_ms``/``*_s``; unchanged for ``ns``.
 
-    With ``relative``, timestamp columns (:func:`is_timestamp_column`) count from ``origin_ns`` (the job start),
-    or from the earliest timestamp in ``df`` when no origin is given. Durations are never shifted. A column whose
-    new name is already taken keeps its ns.
+    Timestamp columns (:func:`is_timestamp_column`) count from ``origin_ns`` (the job start, else the earliest
+    timestamp in ``df``) with ``relative`` or any unit other than ns (:func:`shifts_timestamps`): an epoch in µs
+    is a 16-digit number that floats cannot hold to the ns. Durations are never shifted. Values in a unit are
+    rounded to its ns resolution (:func:`unit_decimals`). A column whose new name is already taken keeps its ns.
     """
     import polars as pl
 
-    unit = unit.value if isinstance(unit, TimeUnit) else str(unit)
-    if unit not in NS_PER_UNIT:
-        raise UsageError(f"unknown time unit {unit!r}", hint="choose one of " + ", ".join(NS_PER_UNIT))
+    unit = _unit_value(unit)
+    shift = shifts_timestamps(unit, relative)
     ns_cols = [n for n, t in df.schema.items() if n.endswith("_ns") and t.is_numeric()]
     stamps = [n for n in ns_cols if is_timestamp_column(n)]
-    if relative and stamps and origin_ns is None:
+    if shift and stamps and origin_ns is None:
         origin_ns = df.select(pl.min_horizontal([pl.col(n).min() for n in stamps])).item()
     exprs = []
     for name in ns_cols:
@@ -139,13 +172,107 @@ def convert_times(df: pl.DataFrame, unit: str | TimeUnit = "ns", *, relative: bo
         if new_name != name and new_name in df.columns:
             continue
         col = pl.col(name)
-        if relative and name in stamps and origin_ns is not None:
+        if shift and name in stamps and origin_ns is not None:
             col = col - origin_ns
         if unit != "ns":  # polars divides by multiplying with the reciprocal: round away its last-bit noise
-            col = (col.cast(pl.Float64) / NS_PER_UNIT[unit]).round(len(str(NS_PER_UNIT[unit])) - 1)
+            col = (col.cast(pl.Float64) / NS_PER_UNIT[unit]).round(unit_decimals(unit))
         exprs.append(col.alias(name))
     renames = {n: n[:-3] + "_" + unit for n in ns_cols if n[:-3] + "_" + unit not in df.columns}
     return df.with_columns(exprs).rename(renames) if exprs else df
+
+
+def time_note(columns: list[str], unit: str | TimeUnit | None, relative: bool, origin_ns: int | None) -> str | None:
+    """What a reader must know about the times in ``columns`` (the names before :func:`convert_times`): which
+    timestamps count from the job start, and from which absolute time. None when nothing was shifted."""
+    if not shifts_timestamps(unit, relative):
+        return None
+    u = _unit_value(unit) if unit is not None else "ns"
+    stamps = [n[:-3] + "_" + u for n in columns if is_timestamp_column(n)]
+    if not stamps:
+        return None
+    origin = "the job start" if origin_ns is None else f"the job start ({origin_ns} ns on the job timeline)"
+    return f"timestamps in {u} from {origin}: {', '.join(stamps)}"
+
+
+def convert_diff_times(df: pl.DataFrame, unit: str | TimeUnit = "ns") -> pl.DataFrame:
+    """``nsys2comm diff`` rows in ``unit``: ``base``, ``new`` and ``delta`` of the time metrics (names with
+    ``_ns`` before any ``_per_…``, e.g. ``exposed_comm_ns_per_step``) and ``impact_ns``, rounded to the unit's ns
+    resolution; the metric and column names say the unit. ``delta_pct`` does not change."""
+    import polars as pl
+
+    unit = _unit_value(unit)
+    if unit == "ns" or "metric" not in df.columns:
+        return df
+    scale, places = NS_PER_UNIT[unit], unit_decimals(unit)
+    is_time = pl.col("metric").str.contains(r"_ns(_per_\w+)?$")
+    exprs = [pl.when(is_time).then((pl.col(c).cast(pl.Float64) / scale).round(places)).otherwise(pl.col(c))
+             .alias(c) for c in ("base", "new", "delta") if c in df.columns]
+    exprs.append(pl.col("metric").str.replace(r"_ns(_per_\w+)?$", "_" + unit + "$1"))
+    if "impact_ns" in df.columns:
+        exprs.append((pl.col("impact_ns").cast(pl.Float64) / scale).round(places).alias("impact_ns"))
+    out = df.with_columns(exprs)
+    return out.rename({"impact_ns": "impact_" + unit}) if "impact_ns" in df.columns else out
+
+
+def round_percentages(df: pl.DataFrame, decimals: int = PCT_DECIMALS) -> pl.DataFrame:
+    """Float ``*_pct`` columns rounded to the summary's precision: more digits are noise, not information."""
+    import polars as pl
+
+    cols = [n for n, t in df.schema.items() if n.endswith("_pct") and t in (pl.Float32, pl.Float64)]
+    return df.with_columns([pl.col(n).round(decimals) for n in cols]) if cols else df
+
+
+def exact_integers(df: pl.DataFrame) -> pl.DataFrame:
+    """Int128 and DECIMAL(p, 0) columns (DuckDB's ``sum`` of BIGINT is HUGEINT or DECIMAL(38,0)) as Int64 where
+    every value fits; integer sums stay integers in every format."""
+    import polars as pl
+
+    casts = []
+    for n, t in df.schema.items():
+        if t == pl.Int128 or (isinstance(t, pl.Decimal) and t.scale == 0):
+            lo, hi = df.select(pl.col(n).min().alias("lo"), pl.col(n).max().alias("hi")).row(0)
+            if all(v is None or -2**63 <= int(v) < 2**63 for v in (lo, hi)):
+                casts.append(pl.col(n).cast(pl.Int64))
+    return df.with_columns(casts) if casts else df
+
+
+def parse_columns(spec: str | None) -> list[str] | None:
+    """``--columns a,b,c`` as a list of names (None when not given)."""
+    if spec is None:
+        return None
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--columns names no column", hint="e.g. --columns rank,busbw_gbps")
+    seen = {n for n in names if names.count(n) > 1}
+    if seen:
+        raise UsageError(f"--columns names {', '.join(sorted(seen))} twice", hint="name each column once")
+    return names
+
+
+def resolve_column(name: str, columns: list[str]) -> str | None:
+    """``name`` as it appears among ``columns``: itself, or the same time column in another unit (``start_ns``
+    asked for, ``start_us`` shown after ``--timeunit us``)."""
+    if name in columns:
+        return name
+    m = _UNIT_SUFFIX.search(name)
+    if m:
+        stem = name[:m.start()]
+        return next((stem + "_" + u for u in NS_PER_UNIT if stem + "_" + u in columns), None)
+    return None
+
+
+def select_columns(df: pl.DataFrame, names: list[str] | None) -> pl.DataFrame:
+    """Exactly ``names``, in that order; an unknown name is a one-line usage error listing the valid ones."""
+    if names is None:
+        return df
+    picked, unknown = [], []
+    for n in names:
+        r = resolve_column(n, df.columns)
+        (picked if r is not None else unknown).append(r if r is not None else n)
+    if unknown:
+        raise UsageError(f"--columns: no column {', '.join(map(repr, unknown))}",
+                         hint="choose from " + ",".join(df.columns))
+    return df.select(picked)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -194,18 +321,60 @@ def _nested_to_json(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns([cols[n] for n in nested])
 
 
-def _cell_text(v: Any, *, for_table: bool) -> str:
+_PLAIN_MAX = 32  # longest plain (positional) form of a float written instead of exponent form
+
+
+def plain_float(v: float) -> str:
+    """``v`` with its shortest round-trip digits, in positional form (``0.000000005``, not ``5e-09``) unless that
+    takes more than 32 characters (a p-value of 1e-300)."""
+    s = repr(v)
+    if "e" not in s or not math.isfinite(v):
+        return s
+    t = format(Decimal(s), "f")
+    if "." not in t:
+        t += ".0"
+    return t if len(t) <= _PLAIN_MAX else s
+
+
+def _exponent_prone(df: pl.DataFrame) -> list[str]:
+    """Float columns holding a value that Python, polars or orjson would write in exponent form."""
+    import polars as pl
+
+    floats = [n for n, t in df.schema.items() if t in (pl.Float32, pl.Float64)]
+    if not floats or not df.height:
+        return []
+    a = [pl.col(n).abs() for n in floats]
+    row = df.select([x.filter(x > 0).min().alias(f"lo{i}") for i, x in enumerate(a)]
+                    + [x.max().alias(f"hi{i}") for i, x in enumerate(a)]).row(0)
+    k = len(floats)
+    return [n for i, n in enumerate(floats) if (row[i] is not None and row[i] < 1e-4)
+            or (row[k + i] is not None and math.isfinite(row[k + i]) and row[k + i] >= 1e15)]
+
+
+def _unit_places(name: str) -> int | None:
+    """Decimals to show for a float column in a time unit (``span_us``: 3), else None."""
+    m = _UNIT_SUFFIX.search(name)
+    return unit_decimals(m.group(1)) if m else None
+
+
+def _cell_text(v: Any, *, for_table: bool, places: int | None = None) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
         if math.isnan(v):
             return ""
-        if for_table:
-            if v == 0 or 1e-3 <= abs(v) < 1e15:
-                s = f"{v:.3f}".rstrip("0").rstrip(".")
-                return s if s not in ("", "-0") else "0"
-            return f"{v:.4g}"
-        return repr(v)
+        if not for_table:
+            return plain_float(v)
+        if places is not None and math.isfinite(v):  # a time in a unit: to its ns resolution, never 1.694e+15
+            s = f"{v:.{places}f}"
+            s = s.rstrip("0").rstrip(".") if "." in s else s
+            return s if s not in ("", "-0") else "0"
+        if v == 0 or 1e-3 <= abs(v) < 1e15:
+            s = f"{v:.3f}".rstrip("0").rstrip(".")
+            return s if s not in ("", "-0") else "0"
+        if math.isfinite(v) and abs(v) >= 1e15:
+            return f"{v:.0f}"
+        return f"{v:.4g}"
     if isinstance(v, (list, dict, tuple)):
         return dumps(v).decode()
     if isinstance(v, (datetime, date, time)):
@@ -219,6 +388,7 @@ def _cell_text(v: Any, *, for_table: bool) -> str:
 
 _TEXT_MIN_WIDTH = 20  # a truncated text column keeps at least this many cells (or its header's width)
 _COLUMN_GAP = 2  # rich puts one cell of padding on each side of a column boundary
+_NAME_MAX = 30  # a record's column names take at most this many cells before the values
 
 
 def _layout(names: list[str], cells: list[list[str]], fixed: list[bool], width: int | None) -> list[int | None]:
@@ -232,8 +402,7 @@ def _layout(names: list[str], cells: list[list[str]], fixed: list[bool], width: 
     natural = [max([cell_len(n), *map(cell_len, col)]) for n, col in zip(names, cells, strict=True)]
     if width is None:
         return list(natural)
-    floor = [n if f else min(n, max(_TEXT_MIN_WIDTH, cell_len(h)))
-             for n, f, h in zip(natural, fixed, names, strict=True)]
+    floor = _floors(names, natural, fixed)
     widths: list[int | None] = [None] * len(names)
     used = 0
     for i, least in enumerate(floor):
@@ -250,24 +419,81 @@ def _layout(names: list[str], cells: list[list[str]], fixed: list[bool], width: 
     return widths
 
 
-def render_table(df: pl.DataFrame, *, width: int | None = None, bold_header: bool = False) -> tuple[str, list[str]]:
-    """The table as text no wider than ``width`` (None: as wide as it needs), and the names of left-out columns."""
+def _floors(names: list[str], natural: list[int], fixed: list[bool]) -> list[int]:
+    from rich.cells import cell_len
+
+    return [n if f else min(n, max(_TEXT_MIN_WIDTH, cell_len(h))) for n, f, h in zip(natural, fixed, names,
+                                                                                        strict=True)]
+
+
+def _table_cells(df: pl.DataFrame) -> tuple[list[bool], list[list[str]]]:
     import polars as pl
-    from rich.console import Console
-    from rich.table import Table
 
     fixed = [not (t == pl.String or t == pl.Categorical or t.is_nested() or t == pl.Object)
              for t in df.schema.values()]
-    cells = [[_cell_text(v, for_table=True) for v in df.get_column(n).to_list()] for n in df.columns]
+    cells = [[_cell_text(v, for_table=True, places=_unit_places(n) if df.schema[n].is_float() else None)
+              for v in df.get_column(n).to_list()] for n in df.columns]
+    return fixed, cells
+
+
+def table_plan(df: pl.DataFrame, *, width: int | None, keys: list[str] | None = None,
+               exact: bool = False) -> tuple[str, list[str]]:
+    """How ``df`` is shown in ``width`` cells: ``('grid', columns)`` or ``('records', columns)``.
+
+    Everything fits (or no width): every column in order. Otherwise, with ``exact`` (the columns asked for with
+    ``--columns``): records. With ``keys``: the key columns first, then the others that fit; records when even the
+    key columns do not fit. Without keys: the columns from the left that fit.
+    """
+    from rich.cells import cell_len
+
+    names = list(df.columns)
+    if width is None or not names:
+        return "grid", names
+    fixed, cells = _table_cells(df)
+    natural = [max([cell_len(n), *map(cell_len, col)]) for n, col in zip(names, cells, strict=True)]
+    if sum(natural) + _COLUMN_GAP * (len(names) - 1) <= width:
+        return "grid", names
+    if exact:
+        return "records", names
+    keyed = [k for k in (keys or []) if k in names]
+    if keyed:
+        floor = dict(zip(names, _floors(names, natural, fixed), strict=True))
+        if sum(floor[k] for k in keyed) + _COLUMN_GAP * (len(keyed) - 1) > width:
+            return "records", keyed + [n for n in names if n not in keyed]
+        return "grid", keyed + [n for n in names if n not in keyed]
+    return "grid", names
+
+
+def render_table(df: pl.DataFrame, *, width: int | None = None, bold_header: bool = False,
+                 keys: list[str] | None = None, exact: bool = False) -> tuple[str, list[str]]:
+    """The table as text no wider than ``width`` (None: as wide as it needs), and the names of left-out columns.
+
+    ``keys``: the columns shown first when not all fit, text among them wrapped rather than cut; ``exact``: the
+    columns were asked for (``--columns``), so none is left out. See :func:`table_plan`.
+    """
+    mode, order = table_plan(df, width=width, keys=keys, exact=exact)
+    if mode == "records":
+        return render_records(df.select(order), width=width), []
+    if order != list(df.columns):
+        df = df.select(order)
+    return _render_grid(df, width=width, bold_header=bold_header, wrap=set(keys or []) if width else set())
+
+
+def _render_grid(df: pl.DataFrame, *, width: int | None, bold_header: bool, wrap: set[str]) -> tuple[str, list[str]]:
+    from rich.console import Console
+    from rich.table import Table
+
+    fixed, cells = _table_cells(df)
     widths = _layout(df.columns, cells, fixed, width)
     shown = [i for i, w in enumerate(widths) if w is not None]
     numeric = {n for n, t in df.schema.items() if t.is_numeric()}
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold" if bold_header else None)
     for i in shown:
         name = df.columns[i]
-        # a fixed column's width is its full width, so only text is ever cut; "…" would show any slip
-        table.add_column(name, justify="right" if name in numeric else "left", width=widths[i], no_wrap=True,
-                         overflow="ellipsis")
+        # a fixed column's width is its full width, so only text is ever cut (or wrapped, for a key column)
+        folds = name in wrap and not fixed[i]
+        table.add_column(name, justify="right" if name in numeric else "left", width=widths[i], no_wrap=not folds,
+                         overflow="fold" if folds else "ellipsis")
     for r in range(df.height):
         table.add_row(*[cells[i][r] for i in shown])
     buf = io.StringIO()
@@ -278,20 +504,74 @@ def render_table(df: pl.DataFrame, *, width: int | None = None, bold_header: boo
     return text, [n for n, w in zip(df.columns, widths, strict=True) if w is None]
 
 
-def _write_table(df: pl.DataFrame, stream: IO[str], stderr: IO | None = None) -> None:
-    """On a terminal: fit its width and say which columns were left out. Elsewhere: every column in full."""
-    tty = hasattr(stream, "isatty") and stream.isatty()
-    width = None
-    if tty:
-        from rich.console import Console
+def render_records(df: pl.DataFrame, *, width: int | None = None) -> str:
+    """One record per row (psql's expanded display): ``-[ row N ]`` and then a ``name  value`` line per column.
+    Text wraps at ``width``; a number is never split (it moves to a line of its own when it does not fit beside
+    its name)."""
+    import textwrap
 
-        width = Console(file=stream).width
-    text, dropped = render_table(df, width=width, bold_header=tty)
+    from rich.cells import cell_len
+
+    fixed, cells = _table_cells(df)
+    names = list(df.columns)
+    name_w = min(max(map(cell_len, names), default=0), _NAME_MAX)
+    if width is not None:
+        name_w = min(name_w, max(width - _TEXT_MIN_WIDTH - _COLUMN_GAP, 8))
+    room = None if width is None else max(width - name_w - _COLUMN_GAP, 8)
+    lines: list[str] = []
+    for r in range(df.height):
+        title = f"-[ row {r + 1} ]"
+        lines.append(title + "-" * max(0, min(width or 40, 40) - len(title)))
+        for i, name in enumerate(names):
+            v = cells[i][r]
+            pad = " " * (name_w + _COLUMN_GAP)
+            label = name if cell_len(name) <= name_w else None
+            if room is None or cell_len(v) <= room:
+                parts = [v]
+            elif fixed[i]:
+                parts = [v]
+                label = None  # a number keeps its digits together: it goes below its name
+            else:
+                parts = textwrap.wrap(v, room, break_on_hyphens=False) or [""]
+            if label is None:
+                lines.append(name)
+                lines += [(pad + p).rstrip() if room is not None and cell_len(p) <= room else "  " + p
+                          for p in parts]
+                continue
+            lines.append((label + " " * (name_w - cell_len(label)) + " " * _COLUMN_GAP + parts[0]).rstrip())
+            lines += [(pad + p).rstrip() for p in parts[1:]]
+    return "".join(line + "\n" for line in lines)
+
+
+def _terminal_width(stream: IO) -> int | None:
+    """The width to fit: the terminal's when ``stream`` is one, else None (every column in full)."""
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        return None
+    from rich.console import Console
+
+    return Console(file=stream).width
+
+
+def _write_table(df: pl.DataFrame, stream: IO[str], stderr: IO | None = None, *, keys: list[str] | None = None,
+                 exact: bool = False, note: str | None = None) -> None:
+    """On a terminal: fit its width and say which columns were left out. Elsewhere: every column in full."""
+    import textwrap
+
+    width = _terminal_width(stream)
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    mode, _ = table_plan(df, width=width, keys=keys, exact=exact)
+    text, dropped = render_table(df, width=width, bold_header=tty, keys=keys, exact=exact)
+    if note:  # the table's header: what its times mean
+        stream.write("".join(f"# {line}\n" for line in textwrap.wrap(note, (width or 10**6) - 2)))
     stream.write(text)
     stream.flush()
+    if mode == "records" and width is not None:
+        message(f"one record per row: {'the columns asked for' if exact else 'the key columns'} do not fit the "
+                f"terminal ({width} wide)", stderr=stderr)
     if dropped:
         message(f"{len(dropped)} column{'s' if len(dropped) != 1 else ''} not shown (the terminal is {width} "
-                f"wide): {', '.join(dropped)}; use --format csv or -o FILE for every column", stderr=stderr)
+                f"wide): {', '.join(dropped)}; choose with --columns, or use --format csv or -o FILE for every "
+                "column", stderr=stderr)
 
 
 def _write_markdown(df: pl.DataFrame, stream: IO[str]) -> None:
@@ -306,7 +586,25 @@ def _write_markdown(df: pl.DataFrame, stream: IO[str]) -> None:
 
 
 def _json_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
-    return _nan_to_null(df).rows(named=True)
+    df = _nan_to_null(df)
+    rows = df.rows(named=True)
+    for n in _exponent_prone(df):  # written as a number in positional form (orjson would write 5e-9)
+        for row in rows:
+            v = row[n]
+            if v is not None and math.isfinite(v):
+                row[n] = orjson.Fragment(plain_float(v).encode())
+    return rows
+
+
+def _csv_frame(df: pl.DataFrame) -> pl.DataFrame:
+    import polars as pl
+
+    flat = _nested_to_json(_nan_to_null(df))
+    prone = _exponent_prone(flat)
+    if not prone:
+        return flat
+    return flat.with_columns([pl.Series(n, [None if v is None else plain_float(v) for v in flat.get_column(n)
+                                            .to_list()], dtype=pl.String) for n in prone])
 
 
 def render(df: pl.DataFrame, fmt: str) -> bytes:
@@ -316,8 +614,7 @@ def render(df: pl.DataFrame, fmt: str) -> bytes:
     if fmt == "jsonl":
         return b"".join(dumps(r) + b"\n" for r in _json_rows(df))
     if fmt in ("csv", "tsv"):
-        flat = _nested_to_json(_nan_to_null(df))
-        return flat.write_csv(separator="," if fmt == "csv" else "\t", null_value="").encode()
+        return _csv_frame(df).write_csv(separator="," if fmt == "csv" else "\t", null_value="").encode()
     buf = io.StringIO()
     if fmt == "markdown":
         _write_markdown(df, buf)
@@ -333,14 +630,20 @@ def _binary(stream: IO) -> IO[bytes]:
 
 
 def write_rows(df: pl.DataFrame, *, fmt: str | Format | None = None, out: str | Path | None = None,
-               stdout: IO | None = None, stderr: IO | None = None, quiet: bool = False) -> str:
+               stdout: IO | None = None, stderr: IO | None = None, quiet: bool = False,
+               keys: list[str] | None = None, exact: bool = False, note: str | None = None) -> str:
     """Write a result set: to ``out`` when given (format inferred from its extension), else to stdout.
 
-    Returns the format used. A table on a terminal goes through rich; everything else is exact.
+    Returns the format used. A table on a terminal goes through rich; everything else is exact. ``keys``: the
+    columns a narrow table shows first (a catalog object's key columns); ``exact``: the columns were chosen
+    (``--columns``), never leave one out; ``note``: what the times mean (:func:`time_note`), the first lines of
+    a table, else a line on stderr.
     """
     fmt = infer_format(fmt, out)
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
+    if note and fmt != "table" and not quiet:
+        message(note, stderr=stderr)
     if out is not None and str(out) != "-":
         path = Path(out)
         if path.parent and not path.parent.exists():
@@ -349,12 +652,12 @@ def write_rows(df: pl.DataFrame, *, fmt: str | Format | None = None, out: str | 
         if fmt == "parquet":
             _nested_safe_parquet(df, path)
         else:
-            path.write_bytes(render(df, fmt) if fmt != "table" else _table_plain(df))
+            path.write_bytes(render(df, fmt) if fmt != "table" else _table_plain(df, note))
         if not quiet:
             message(f"wrote {df.height} row{'s' if df.height != 1 else ''} ({fmt}) to {path}", stderr=stderr)
         return fmt
     if fmt == "table":
-        _write_table(df, stdout, stderr)
+        _write_table(df, stdout, stderr, keys=keys, exact=exact, note=note)
     else:
         data = render(df, fmt)
         try:
@@ -365,8 +668,8 @@ def write_rows(df: pl.DataFrame, *, fmt: str | Format | None = None, out: str | 
     return fmt
 
 
-def _table_plain(df: pl.DataFrame) -> bytes:
-    return render_table(df)[0].encode()
+def _table_plain(df: pl.DataFrame, note: str | None = None) -> bytes:
+    return ((f"# {note}\n" if note else "") + render_table(df)[0]).encode()
 
 
 def _nested_safe_parquet(df: pl.DataFrame, path: Path) -> None:

@@ -12,6 +12,8 @@ import math
 NS_PER_UNIT = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _TIME_UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1.0, "ns"))
 NOT_AVAILABLE = "n/a"
+# decimals of a percentage: the summary's lines, and the *_pct columns of the CLI's rows (nsys2comm.output)
+PCT_DECIMALS = 1
 
 
 def ns_to(ns: float | None, unit: str) -> float | None:

@@ -77,8 +77,10 @@ def test_convert_times_renames_ns_columns_to_the_unit():
     ms = convert_times(df, "ms")
     assert ms.columns == ["span_ms", "start_ms", "n", "rank_wait_ns"]  # nested values keep their ns
     assert ms["span_ms"].to_list() == [6.801, None]  # exact decimals, nulls kept
-    assert convert_times(df, "s")["start_s"].to_list() == [1.0, 2.0]
-    assert convert_times(df, "ns").equals(df)  # the stored unit: unchanged
+    # a unit other than ns: timestamps count from the job start (here the frame's earliest), durations do not move
+    assert convert_times(df, "s")["start_s"].to_list() == [0.0, 1.0]
+    assert convert_times(df, "s", origin_ns=0)["start_s"].to_list() == [1.0, 2.0]
+    assert convert_times(df, "ns").equals(df)  # the stored unit: unchanged, absolute
 
 
 def test_convert_times_relative_shifts_timestamps_only():

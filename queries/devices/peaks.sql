@@ -22,10 +22,10 @@
 -- figure for groups of at most bridge_ranks GPUs: a trace cannot tell whether a bridge was fitted, and a peak must
 -- stay an upper bound. Figures are the vendors' (half of the bidirectional totals they quote); see docs/device-peaks.md.
 -- @column ord: Match order (lower first).
--- @column model: Model family (e.g. 'H100 SXM').
+-- @column model [key]: Model family (e.g. 'H100 SXM').
 -- @column name_pattern: RE2 pattern matched against devices.name.
--- @column interconnect: GPU-to-GPU link ('NVLink4', 'PCIe 4.0', 'xGMI', ...).
--- @column link_gbps: Link bandwidth per direction per GPU (GB/s): the highest busbw the link allows without in-network reduction.
+-- @column interconnect [key]: GPU-to-GPU link ('NVLink4', 'PCIe 4.0', 'xGMI', ...).
+-- @column link_gbps [key]: Link bandwidth per direction per GPU (GB/s): the highest busbw the link allows without in-network reduction.
 -- @column bridge_gbps: Bridge bandwidth per direction per GPU of a PCIe card's optional NVLink / Infinity Fabric bridge (GB/s), else NULL.
 -- @column bridge_ranks: Most GPUs one bridge connects (groups up to this size may use bridge_gbps), else NULL.
 -- @column in_network_reduction: True when the GPUs' switch can reduce in the network (NVLink SHARP / NVLS), so an all_reduce may exceed link_gbps.
@@ -76,16 +76,16 @@ CREATE OR REPLACE MACRO _devices_model_peak(name) AS
 -- @macro device_peaks
 -- Per device of the job (devices table): the matched peak-table row, and the link figure in force: --link-gbps
 -- (nsys2comm_link_gbps) when set, else the table's. Unknown models have NULL figures.
--- @column rank: Rank.
+-- @column rank [key]: Rank.
 -- @column device_id: Device.
 -- @column name: Device name as the trace lists it, NULL when unlisted.
--- @column model: Matched model family (device_link_peaks.model), NULL when none matches.
+-- @column model [key]: Matched model family (device_link_peaks.model), NULL when none matches.
 -- @column interconnect: Matched interconnect, NULL when unknown.
--- @column link_gbps: Link bandwidth per direction per GPU in force (GB/s): --link-gbps, else the table's; NULL when unknown.
+-- @column link_gbps [key]: Link bandwidth per direction per GPU in force (GB/s): --link-gbps, else the table's; NULL when unknown.
 -- @column bridge_gbps: Optional bridge bandwidth per direction (GB/s) of a PCIe card, NULL when none or when --link-gbps is set.
 -- @column bridge_ranks: Most GPUs one bridge connects, else NULL.
 -- @column in_network_reduction: True when the model's switch can reduce in the network (NVLS); false when unknown.
--- @column link_source: 'link_gbps' (the --link-gbps option), 'device_table' or NULL (unknown).
+-- @column link_source [key]: 'link_gbps' (the --link-gbps option), 'device_table' or NULL (unknown).
 CREATE OR REPLACE MACRO device_peaks() AS TABLE
 WITH d AS (SELECT rank, device_id, name, _devices_model_peak(name) AS p FROM devices)
 SELECT rank, device_id, name, p.model AS model, p.interconnect AS interconnect,
@@ -141,18 +141,18 @@ CREATE OR REPLACE MACRO _devices_peak_allowance(collective, n, in_network, spans
 -- speed: TARGET_INFO_NIC_INFO holds name, device and vendor ids and link layer only), times its allowance; NULL
 -- when unknown. When the hosts of some members are unknown (single-rank traces, traces without host names) and the
 -- known ones share one host, the group is taken to span one host: peak_assumes_one_host says so.
--- @column collective: Canonical collective.
+-- @column collective [key]: Canonical collective.
 -- @column members: Sorted member ranks known (pg_ranks, else the ranks that ran its instances).
--- @column group_size: Ranks in the group.
+-- @column group_size [key]: Ranks in the group.
 -- @column ops: Operations (kernels) of this collective in the group, all ranks.
 -- @column hosts: Distinct known hosts of the members.
 -- @column members_unknown_host: Members whose host is unknown (not traced, or no host name) plus members not listed.
--- @column spans_hosts: True when the members ran on two or more hosts, false on one, NULL when unknown.
+-- @column spans_hosts [key]: True when the members ran on two or more hosts, false on one, NULL when unknown.
 -- @column link_gbps: Per-direction link figure of the slowest member GPU (GB/s), bridge included; NULL when unknown.
 -- @column nic_gbps: Per-host network figure per direction (GB/s, --nic-gbps), NULL when not given.
 -- @column allowance: Factor on the per-direction figure for this collective (in-network reduction, hierarchy).
--- @column peak_busbw_gbps: Highest busbw the group can physically reach for this collective (GB/s); NULL when unknown.
--- @column peak_source: 'device_table', 'link_gbps' (option), 'nic_gbps' (option) or NULL (unknown).
+-- @column peak_busbw_gbps [key]: Highest busbw the group can physically reach for this collective (GB/s); NULL when unknown.
+-- @column peak_source [key]: 'device_table', 'link_gbps' (option), 'nic_gbps' (option) or NULL (unknown).
 -- @column peak_assumes_one_host: True when the peak is the link's although some members' hosts are unknown.
 CREATE OR REPLACE MACRO comm_group_links() AS TABLE
 WITH g AS (

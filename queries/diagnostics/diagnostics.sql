@@ -9,11 +9,11 @@
 -- busbw), no steps (overlap_by_step empty), no p2p, p2p fit impossible (fewer than two sizes), instances whose
 -- ranks disagree (inconsistent_instances: "k of n instances disagree across ranks", n = instances seen on >= 2
 -- ranks), and the collective matching rule in use. Every analysis still runs; this says which rows will be missing or NULL.
--- @column severity: 'info' or 'warning'.
--- @column code: Stable machine-readable code.
--- @column rank: Rank concerned, or NULL for the whole job.
+-- @column severity [key]: 'info' or 'warning'.
+-- @column code [key]: Stable machine-readable code.
+-- @column rank [key]: Rank concerned, or NULL for the whole job.
 -- @column affects: Objects whose output is reduced (comma-separated), or NULL.
--- @column message: What is missing and what to do about it.
+-- @column message [key]: What is missing and what to do about it.
 CREATE OR REPLACE MACRO diagnostics() AS TABLE
 WITH co AS (SELECT * FROM comm_ops),
 nk AS (SELECT count(*) AS n FROM kernels),

@@ -241,10 +241,10 @@ FROM _exposure_m;
 -- 50 = at least half of the kernel ran under communication.
 -- @param mixed_ratio: The bimodality guard's bound (2: one problem run by one kernel keeps its middle 80 % of
 -- durations within 2×, and contention does not halve or double a GEMM's median).
--- @column scope: 'shape_group' (one group) or 'job' (the measured groups).
+-- @column scope [key]: 'shape_group' (one group) or 'job' (the measured groups).
 -- @column group_by: 'shape' (the trace records the problem: m, n, k, batch known) or 'kernel' (name, grid and
 -- block only); NULL on the job row.
--- @column short_name: Kernel base name (NULL on the job row).
+-- @column short_name [key]: Kernel base name (NULL on the job row).
 -- @column grid_x: Grid size, x (NULL on the job row).
 -- @column grid_y: Grid size, y (NULL on the job row).
 -- @column grid_z: Grid size, z (NULL on the job row).
@@ -256,7 +256,7 @@ FROM _exposure_m;
 -- @column k: GEMM problem K; NULL without a recorded shape and on the job row.
 -- @column batch: GEMM problem batch; NULL without a recorded shape and on the job row.
 -- @column dtype: GEMM operand dtype; NULL when unknown and on the job row.
--- @column kernels: GEMM kernels of the group (all ranks, positive duration); job row: of the measured groups.
+-- @column kernels [key]: GEMM kernels of the group (all ranks, positive duration); job row: of the measured groups.
 -- @column partial_samples: Kernels partly overlapped (< overlapped_min_pct, > 0), in neither sample.
 -- @column windows: Step windows with both an alone and an overlapped sample of the group (used windows); NULL on the job row.
 -- @column alone_samples: Alone kernels in the used windows.
@@ -265,11 +265,11 @@ FROM _exposure_m;
 -- @column median_overlapped_ns: Median duration of the overlapped samples (ns, rounded); NULL without samples and on the job row.
 -- @column spread_ratio: The larger of P90 / P10 of the alone and of the overlapped samples' durations (the
 -- bimodality guard's measure); NULL without samples and on the job row.
--- @column slowdown_pct: 100 × (median_overlapped / median_alone − 1) (exact medians) when measured; job row: the time-weighted median over the measured groups; NULL otherwise.
--- @column lost_ns: Σ over the overlapped samples of (duration − median_alone) (ns, rounded) when measured; job row: Σ over the measured groups; NULL otherwise.
+-- @column slowdown_pct [key]: 100 × (median_overlapped / median_alone − 1) (exact medians) when measured; job row: the time-weighted median over the measured groups; NULL otherwise.
+-- @column lost_ns [key]: Σ over the overlapped samples of (duration − median_alone) (ns, rounded) when measured; job row: Σ over the measured groups; NULL otherwise.
 -- @column measured_groups: Job row: groups measured (those its figures summarise); NULL on group rows.
 -- @column mixed_groups: Job row: groups excluded as 'mixed_shapes'; NULL on group rows.
--- @column status: 'measured', 'too_few_samples' or 'mixed_shapes' (see the bimodality guard).
+-- @column status [key]: 'measured', 'too_few_samples' or 'mixed_shapes' (see the bimodality guard).
 CREATE OR REPLACE MACRO gemm_contention(min_samples := 5, overlapped_min_pct := 50, mixed_ratio := 2) AS TABLE
 WITH _exposure_r0 AS (
   SELECT * FROM _exposure_contention('gemm', min_samples, overlapped_min_pct)
@@ -333,10 +333,10 @@ ORDER BY scope = 'job', lost_ns DESC NULLS LAST, short_name, grid_x, grid_y, gri
 -- for gemm_contention.
 -- @param overlapped_min_pct: Share of a communication kernel (%) that computation must cover for it to count as
 -- overlapped; 50, as for gemm_contention.
--- @column collective: Canonical collective ('unknown' without a comm_ops row).
--- @column msg_bytes: Size S (bytes), NULL when unknown.
+-- @column collective [key]: Canonical collective ('unknown' without a comm_ops row).
+-- @column msg_bytes [key]: Size S (bytes), NULL when unknown.
 -- @column group_size: Ranks in the communicator, NULL when unknown.
--- @column kernels: Communication kernels of the group (all ranks, positive duration).
+-- @column kernels [key]: Communication kernels of the group (all ranks, positive duration).
 -- @column partial_samples: Kernels partly under computation (< overlapped_min_pct, > 0), in neither sample.
 -- @column windows: Step windows with both an alone and an overlapped sample of the group (used windows).
 -- @column alone_samples: Alone kernels in the used windows.
@@ -345,9 +345,9 @@ ORDER BY scope = 'job', lost_ns DESC NULLS LAST, short_name, grid_x, grid_y, gri
 -- @column median_overlapped_ns: Median duration of the overlapped samples (ns, rounded); NULL without samples.
 -- @column median_busbw_alone_gbps: Median bus bandwidth of the alone samples (GB/s); NULL when unknown.
 -- @column median_busbw_overlapped_gbps: Median bus bandwidth of the overlapped samples (GB/s); NULL when unknown.
--- @column slowdown_pct: 100 × (median_overlapped / median_alone − 1) (exact medians); NULL unless measured.
--- @column lost_ns: Σ over the overlapped samples of (duration − median_alone) (ns, rounded); NULL unless measured.
--- @column status: 'measured' or 'too_few_samples'.
+-- @column slowdown_pct [key]: 100 × (median_overlapped / median_alone − 1) (exact medians); NULL unless measured.
+-- @column lost_ns [key]: Σ over the overlapped samples of (duration − median_alone) (ns, rounded); NULL unless measured.
+-- @column status [key]: 'measured' or 'too_few_samples'.
 CREATE OR REPLACE MACRO comm_contention(min_samples := 5, overlapped_min_pct := 50) AS TABLE
 WITH _exposure_r AS (
   SELECT * FROM _exposure_contention('comm', min_samples, overlapped_min_pct)

@@ -121,20 +121,20 @@ WHERE collective NOT IN ('send', 'recv', 'send_recv');
 -- 'none' (NULL producer) otherwise, e.g. a collective before any GEMM, or one whose launch thread launched no
 -- earlier GEMM while the nearest GEMM on the GPU is known to come from another thread.
 -- gap_ns = collective start − GEMM end; it is negative when the collective started while its producer still ran.
--- @column rank: Rank.
+-- @column rank [key]: Rank.
 -- @column comm_kernel_id: Communication kernel id.
--- @column collective: Canonical collective ('unknown' without a comm_ops row).
+-- @column collective [key]: Canonical collective ('unknown' without a comm_ops row).
 -- @column msg_bytes: Size S (bytes), when known.
 -- @column comm_start_ns: Collective kernel start (ns).
 -- @column comm_duration_ns: Collective kernel duration (ns).
--- @column comm_exposed_ns: Part of the collective with no computation running (comm_kernels.exposed_ns, ns).
+-- @column comm_exposed_ns [key]: Part of the collective with no computation running (comm_kernels.exposed_ns, ns).
 -- @column launch_tid: CPU thread that launched the collective, NULL when unknown.
 -- @column gemm_kernel_id: Producer GEMM kernel id, NULL when none.
--- @column gemm_short_name: Producer GEMM base name.
+-- @column gemm_short_name [key]: Producer GEMM base name.
 -- @column gemm_start_ns: Producer GEMM start (ns).
 -- @column gemm_end_ns: Producer GEMM end (ns).
 -- @column gemm_duration_ns: Producer GEMM duration (ns).
--- @column gap_ns: comm_start_ns − gemm_end_ns (ns); NULL without a producer.
+-- @column gap_ns [key]: comm_start_ns − gemm_end_ns (ns); NULL without a producer.
 -- @column link_source: 'same_thread_launch', 'nearest_gemm_on_gpu' or 'none'.
 CREATE OR REPLACE MACRO producer_links() AS TABLE
 SELECT rank, comm_kernel_id, collective, msg_bytes, comm_start_ns, comm_duration_ns, comm_exposed_ns, launch_tid,
@@ -179,23 +179,23 @@ FROM gemm_contention();
 -- @param back_to_back_ns: Largest gap (ns) between the producer GEMM's end and the collective's start for the pair
 -- to count as serialised; 10000 (10 µs) covers the launch latency of the collective and a cross-stream event
 -- wait (a few µs each) while leaving out collectives that waited for other work first.
--- @column rank: Rank.
+-- @column rank [key]: Rank.
 -- @column comm_kernel_id: Communication kernel id.
--- @column collective: Canonical collective.
+-- @column collective [key]: Canonical collective.
 -- @column msg_bytes: Size S (bytes), when known.
 -- @column comm_start_ns: Collective kernel start (ns).
 -- @column comm_duration_ns: Collective kernel duration (ns).
--- @column comm_exposed_ns: Exposed part of the collective (ns).
+-- @column comm_exposed_ns [key]: Exposed part of the collective (ns).
 -- @column gemm_kernel_id: Producer GEMM kernel id.
--- @column gemm_short_name: Producer GEMM base name.
+-- @column gemm_short_name [key]: Producer GEMM base name.
 -- @column gemm_duration_ns: Producer GEMM duration (ns).
 -- @column gap_ns: comm_start_ns − the GEMM's end (ns).
 -- @column link_source: How the producer was found (producer_links.link_source).
 -- @column overlap_bound_ns: min(gemm_duration_ns, comm_duration_ns) (ns).
--- @column slowdown_pct: GEMM slowdown under communication used for the contention (%), NULL when none measured.
+-- @column slowdown_pct [key]: GEMM slowdown under communication used for the contention (%), NULL when none measured.
 -- @column slowdown_source: 'shape_group', 'job', or NULL when no slowdown could be measured.
 -- @column contention_ns: overlap_bound_ns × max(slowdown_pct, 0) / 100 (ns, rounded); NULL without a slowdown.
--- @column headroom_ns: overlap_bound_ns − contention_ns (ns); NULL without a slowdown.
+-- @column headroom_ns [key]: overlap_bound_ns − contention_ns (ns); NULL without a slowdown.
 CREATE OR REPLACE MACRO serialised_pairs(back_to_back_ns := 10000) AS TABLE
 WITH _exposure_gc AS (
   SELECT * FROM _exposure_gemm_slowdown

@@ -10,7 +10,7 @@
 -- running max of previous ends (window max, ROWS UNBOUNDED PRECEDING .. 1 PRECEDING); a row whose start exceeds
 -- it opens an island; the island ends at the running max seen just before the next island opens.
 -- @param tbl: Name of a table or CTE with columns grp, start_ns, end_ns (grp may be any type).
--- @column grp: Group key, as given.
+-- @column grp [key]: Group key, as given.
 -- @column start_ns: Island start (ns).
 -- @column end_ns: Island end (ns).
 CREATE OR REPLACE MACRO intervals_union(tbl) AS TABLE
@@ -33,8 +33,8 @@ ORDER BY grp, start_ns;
 -- @macro intervals_union_length
 -- Total length of the union of intervals per group (ns).
 -- @param tbl: Name of a table or CTE with columns grp, start_ns, end_ns.
--- @column grp: Group key.
--- @column union_ns: Length of the union (ns).
+-- @column grp [key]: Group key.
+-- @column union_ns [key]: Length of the union (ns).
 CREATE OR REPLACE MACRO intervals_union_length(tbl) AS TABLE
 SELECT grp, CAST(sum(end_ns - start_ns) AS BIGINT) AS union_ns
 FROM intervals_union(tbl)
@@ -47,11 +47,11 @@ ORDER BY grp;
 -- ASOF lookup of the last island starting at or before t; covered = covered(end) - covered(start).
 -- @param intervals: Name of a table or CTE with columns grp, start_ns, end_ns (the covering intervals).
 -- @param probes: Name of a table or CTE with columns grp, probe_id, start_ns, end_ns.
--- @column grp: Group key of the probe.
--- @column probe_id: Probe id, as given.
+-- @column grp [key]: Group key of the probe.
+-- @column probe_id [key]: Probe id, as given.
 -- @column start_ns: Probe start (ns).
 -- @column end_ns: Probe end (ns).
--- @column covered_ns: Length of the probe covered by the union of the group's intervals (ns); 0 for empty probes.
+-- @column covered_ns [key]: Length of the probe covered by the union of the group's intervals (ns); 0 for empty probes.
 CREATE OR REPLACE MACRO intervals_covered_ns(intervals, probes) AS TABLE
 WITH isl AS (
   SELECT grp, start_ns, end_ns,
@@ -79,10 +79,10 @@ ORDER BY grp, probe_id;
 -- islands by B (A's islands are disjoint, so their covered lengths add up).
 -- @param a_tbl: Name of a table or CTE with columns grp, start_ns, end_ns (set A).
 -- @param b_tbl: Name of a table or CTE with columns grp, start_ns, end_ns (set B).
--- @column grp: Group key (groups present in A).
+-- @column grp [key]: Group key (groups present in A).
 -- @column a_ns: Length of union(A) (ns).
--- @column intersect_ns: Length of union(A) ∩ union(B) (ns).
--- @column exposed_ns: Length of union(A) minus union(B) (ns).
+-- @column intersect_ns [key]: Length of union(A) ∩ union(B) (ns).
+-- @column exposed_ns [key]: Length of union(A) minus union(B) (ns).
 CREATE OR REPLACE MACRO intervals_intersect_length(a_tbl, b_tbl) AS TABLE
 WITH _a_islands AS (
   SELECT grp, row_number() OVER (ORDER BY grp, start_ns) AS probe_id, start_ns, end_ns FROM intervals_union(a_tbl)

@@ -56,15 +56,15 @@ FROM comm_ops o JOIN _overlap_comm_kernels k USING (kernel_id);
 -- Per collective and power-of-two size bucket, over all ranks: operation count, bytes, kernel time and the
 -- bucket's share of that collective's kernel time. Operations of unknown size form one row with NULL bucket
 -- bounds, so shares add up to 100 per collective.
--- @column collective: Canonical collective.
--- @column bucket_lo_bytes: Bucket lower bound, inclusive (bytes); NULL for unknown sizes.
+-- @column collective [key]: Canonical collective.
+-- @column bucket_lo_bytes [key]: Bucket lower bound, inclusive (bytes); NULL for unknown sizes.
 -- @column bucket_hi_bytes: Bucket upper bound, exclusive (bytes); NULL for unknown sizes.
--- @column ops: Operations (kernels) in the bucket, all ranks.
+-- @column ops [key]: Operations (kernels) in the bucket, all ranks.
 -- @column ranks: Distinct ranks with operations in the bucket.
 -- @column total_bytes: Sum of msg_bytes (bytes); NULL for unknown sizes.
--- @column total_ns: Sum of kernel durations (ns).
+-- @column total_ns [key]: Sum of kernel durations (ns).
 -- @column mean_ns: Mean kernel duration (ns, rounded).
--- @column time_share_pct: 100 × total_ns / the collective's total kernel time.
+-- @column time_share_pct [key]: 100 × total_ns / the collective's total kernel time.
 CREATE OR REPLACE MACRO msg_size_histogram() AS TABLE
 WITH b AS (
   SELECT collective, bucket_lo_bytes, count(*) AS ops, count(DISTINCT rank) AS ranks,
@@ -143,19 +143,19 @@ FROM b;
 -- where the transfer time is that of the operation's instance matched on its complete group (waiting excluded;
 -- NULL otherwise); the kernel-duration figures (*_incl_wait_gbps) include waiting for late peers.
 -- @column kernel_id: Kernel id.
--- @column rank: Rank.
--- @column collective: Canonical collective.
--- @column msg_bytes: Size S (bytes).
+-- @column rank [key]: Rank.
+-- @column collective [key]: Canonical collective.
+-- @column msg_bytes [key]: Size S (bytes).
 -- @column group_size: Ranks in the communicator, when known.
 -- @column group_size_assumed: True when group_size (and so busbw) rests on an assumed world size (see _messages_comm_sized).
 -- @column spans_hosts: True when the operation's group spans hosts, false on one host, NULL when unknown (comm_group_links).
 -- @column start_ns: Kernel start (ns).
 -- @column duration_ns: Kernel duration (ns), waiting for late peers included.
 -- @column instance_key: Matched instance (_skew_ops), NULL when the operation's instance was not matched on its complete group.
--- @column transfer_ns: Transfer time of the matched instance (ns, waiting excluded), NULL when not matched.
+-- @column transfer_ns [key]: Transfer time of the matched instance (ns, waiting excluded), NULL when not matched.
 -- @column algbw_gbps: msg_bytes / transfer_ns (GB/s, 1e9 B/s); NULL when not matched.
 -- @column busbw_factor: nccl-tests factor (2(n−1)/n all_reduce, (n−1)/n all_gather/reduce_scatter/all_to_all, 1 others).
--- @column busbw_gbps: algbw_gbps × busbw_factor (GB/s); NULL when not matched or the factor is unknown.
+-- @column busbw_gbps [key]: algbw_gbps × busbw_factor (GB/s); NULL when not matched or the factor is unknown.
 -- @column algbw_incl_wait_gbps: msg_bytes / duration_ns (GB/s): includes waiting, a lower bound; NULL for zero duration.
 -- @column busbw_incl_wait_gbps: algbw_incl_wait_gbps × busbw_factor (GB/s): includes waiting, a lower bound.
 -- @column algorithm: Algorithm the kernel name says ran, NULL where it does not say.
@@ -164,7 +164,7 @@ FROM b;
 -- @column peak_busbw_gbps: Physical peak busbw of the operation's group for its collective (comm_group_links, GB/s), NULL when unknown.
 -- @column peak_source: Where the peak came from: 'device_table', 'link_gbps', 'nic_gbps' (comm_group_links), NULL when unknown.
 -- @column peak_assumes_one_host: True when the peak is a link's although some members' hosts are unknown.
--- @column bandwidth_check: busbw_gbps (busbw_incl_wait_gbps when not matched) against the peak: 'ok', 'above_peak' (physically impossible: a wrong size, group or clock), 'no_peak' (peak unknown); NULL without a figure.
+-- @column bandwidth_check [key]: busbw_gbps (busbw_incl_wait_gbps when not matched) against the peak: 'ok', 'above_peak' (physically impossible: a wrong size, group or clock), 'no_peak' (peak unknown); NULL without a figure.
 CREATE OR REPLACE MACRO collective_bandwidth_by_op() AS TABLE
 SELECT * FROM _messages_bandwidth_by_op()
 ORDER BY rank, start_ns, kernel_id;
@@ -178,20 +178,20 @@ ORDER BY rank, start_ns, kernel_id;
 -- bound"). The headline is compared with the physical peak of the groups (comm_group_links): a figure above it is
 -- impossible, flagged 'above_peak' and left out of headline_busbw_gbps. GB/s = 1e9 B/s. Sizes are nccl-tests S
 -- (comm_ops.msg_bytes); unknown sizes are left out (see diagnostics). Depends on --link-gbps / --nic-gbps.
--- @column collective: Canonical collective.
--- @column group_size: Ranks in the communicator, when known.
+-- @column collective [key]: Canonical collective.
+-- @column group_size [key]: Ranks in the communicator, when known.
 -- @column group_size_assumed: True when the group size (and so busbw) is the assumed world size of a trace that records no group, not a recorded value.
 -- @column spans_hosts: True when the groups span hosts (network), false on one host (NVLink/PCIe/xGMI), NULL when unknown.
--- @column bucket_lo_bytes: Bucket lower bound, inclusive (bytes).
+-- @column bucket_lo_bytes [key]: Bucket lower bound, inclusive (bytes).
 -- @column bucket_hi_bytes: Bucket upper bound, exclusive (bytes).
 -- @column ops: Operations in the bucket (all ranks).
 -- @column matched_ops: Operations whose instance was matched on its complete group (transfer-based figures cover these).
 -- @column matched_instances: Distinct matched instances.
 -- @column total_bytes: Sum of msg_bytes over all operations (bytes).
--- @column total_ns: Sum of kernel durations over all operations (ns).
+-- @column total_ns [key]: Sum of kernel durations over all operations (ns).
 -- @column transfer_ns: Sum of the matched instances' transfer times, each instance once (ns); NULL when none.
 -- @column algbw_gbps: Σ S / Σ transfer time over matched instances (GB/s); NULL when none was matched.
--- @column busbw_gbps: algbw_gbps × busbw_factor (GB/s); NULL when none was matched or the factor is unknown.
+-- @column busbw_gbps [key]: algbw_gbps × busbw_factor (GB/s); NULL when none was matched or the factor is unknown.
 -- @column median_busbw_gbps: Median per-instance transfer busbw (GB/s); NULL when none was matched.
 -- @column algbw_incl_wait_gbps: total_bytes / total_ns (GB/s): includes waiting, a lower bound.
 -- @column busbw_incl_wait_gbps: algbw_incl_wait_gbps × busbw_factor (GB/s): includes waiting, a lower bound.
@@ -203,7 +203,7 @@ ORDER BY rank, start_ns, kernel_id;
 -- @column peak_source: 'device_table', 'link_gbps', 'nic_gbps' (see comm_group_links), 'mixed', or NULL when unknown.
 -- @column peak_assumes_one_host: True when the peak is a link's although some members' hosts are unknown.
 -- @column busbw_pct_of_peak: 100 × the basis busbw / peak_busbw_gbps; NULL when either is unknown.
--- @column bandwidth_check: The basis busbw against the peak: 'ok', 'above_peak' (physically impossible), 'no_peak'; NULL without a figure.
+-- @column bandwidth_check [key]: The basis busbw against the peak: 'ok', 'above_peak' (physically impossible), 'no_peak'; NULL without a figure.
 -- @column headline_busbw_gbps: The figure to show: busbw_gbps ('transfer') or busbw_incl_wait_gbps ('incl_wait'), NULL when above the peak.
 -- @column headline_algbw_gbps: algbw of the same basis, NULL when the busbw is above the peak.
 CREATE OR REPLACE MACRO collective_bandwidth() AS TABLE

@@ -5,11 +5,11 @@
 -- and COMMENT ON docs: one row per object (column NULL) followed by one row per column. Internal objects (names
 -- starting with '_') and DuckDB's own catalog are left out; a read-only session's own views of the analyses count
 -- for databases written before the analyses were views.
--- @column object: Table or view name.
+-- @column object [key]: Table or view name.
 -- @column kind: 'table' or 'view'.
--- @column column: Column name; NULL on the object's own row.
+-- @column column [key]: Column name; NULL on the object's own row.
 -- @column data_type: DuckDB type of the column; NULL on the object's own row.
--- @column doc: The object's or the column's documentation (COMMENT ON), as the database stores it.
+-- @column doc [key]: The object's or the column's documentation (COMMENT ON), as the database stores it.
 CREATE OR REPLACE MACRO schema_objects() AS TABLE
 WITH all_objs AS (
   SELECT database_name, schema_name, table_name AS object, 'table' AS kind, comment, temporary FROM duckdb_tables()

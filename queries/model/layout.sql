@@ -438,13 +438,13 @@ FROM decided;
 -- @param dp: Data-parallel degree; NULL: not given.
 -- @param cp: Context-parallel degree; NULL: not given.
 -- @param ep: Expert-parallel degree; NULL: not given.
--- @column kind: 'tp', 'dp', 'pp', 'ep', 'cp', 'world' (the group of all ranks beside the parallel dimensions) or 'unknown'.
--- @column degree: Ranks in the group (the dimension's degree), NULL when unknown.
--- @column pg_name: Process-group name or NCCL communicator id; NULL for unnamed, p2p-derived and layout-only rows.
+-- @column kind [key]: 'tp', 'dp', 'pp', 'ep', 'cp', 'world' (the group of all ranks beside the parallel dimensions) or 'unknown'.
+-- @column degree [key]: Ranks in the group (the dimension's degree), NULL when unknown.
+-- @column pg_name [key]: Process-group name or NCCL communicator id; NULL for unnamed, p2p-derived and layout-only rows.
 -- @column pg_desc: Process-group description, when recorded.
 -- @column group_ranks: Member ranks (recorded, or seen using the group), NULL when unknown.
--- @column confidence: 'named' (its description says so), 'assumed' (--layout says so, or its size is the world size the importer assumed: the evidence says which), 'inferred' (the phases and sizes of its traffic, or its ranks and traffic, show it), 'undecided' (kind 'unknown': the evidence leaves the kinds in candidates open); NULL when nothing is known.
--- @column source: 'pg_desc', 'layout', 'phase' (forward/backward/optimizer phases and sizes of its traffic), 'structure' or 'p2p' (pipelines derived from send/recv peers); NULL when unknown.
+-- @column confidence [key]: 'named' (its description says so), 'assumed' (--layout says so, or its size is the world size the importer assumed: the evidence says which), 'inferred' (the phases and sizes of its traffic, or its ranks and traffic, show it), 'undecided' (kind 'unknown': the evidence leaves the kinds in candidates open); NULL when nothing is known.
+-- @column source [key]: 'pg_desc', 'layout', 'phase' (forward/backward/optimizer phases and sizes of its traffic), 'structure' or 'p2p' (pipelines derived from send/recv peers); NULL when unknown.
 -- @column evidence: Why, in words.
 -- @column collectives: Operations per collective on the group, most first; NULL without traffic.
 -- @column ops: Communication operations on the group, all ranks.
@@ -501,11 +501,11 @@ ORDER BY list_position(['tp', 'cp', 'ep', 'dp', 'pp', 'world', 'unknown'], kind)
 -- @param dp: Data-parallel degree; NULL: not given.
 -- @param cp: Context-parallel degree; NULL: not given.
 -- @param ep: Expert-parallel degree; NULL: not given.
--- @column kind: 'tp', 'cp', 'ep', 'dp' or 'pp'.
--- @column degree: Degree of the dimension, NULL when unknown.
--- @column groups: Groups of this kind in parallel_layout.
--- @column confidence: 'named', 'assumed' or 'inferred' (the weakest among its groups); NULL when unknown.
--- @column source: 'pg_desc', 'layout', 'phase', 'structure', 'p2p', or 'absence' (no group of this kind while every group with traffic has a known kind); NULL when unknown.
+-- @column kind [key]: 'tp', 'cp', 'ep', 'dp' or 'pp'.
+-- @column degree [key]: Degree of the dimension, NULL when unknown.
+-- @column groups [key]: Groups of this kind in parallel_layout.
+-- @column confidence [key]: 'named', 'assumed' or 'inferred' (the weakest among its groups); NULL when unknown.
+-- @column source [key]: 'pg_desc', 'layout', 'phase', 'structure', 'p2p', or 'absence' (no group of this kind while every group with traffic has a known kind); NULL when unknown.
 -- @column evidence: Why, in words.
 CREATE OR REPLACE MACRO parallel_degrees(tp := NULL, pp := NULL, dp := NULL, cp := NULL, ep := NULL) AS TABLE
 WITH pl AS (SELECT * FROM parallel_layout(tp := tp, pp := pp, dp := dp, cp := cp, ep := ep)),

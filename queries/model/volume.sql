@@ -88,22 +88,22 @@ FROM _model_op_rank_steps;
 -- @param match_hi: Highest ratio measured / predicted that is a 'match'.
 -- @column step_ord: Step (the k-th iteration range of every rank, _overlap_steps); 1 when the job has no steps.
 -- @column step_no: N of the step's name ('ProfilerStep#N'), the smallest over ranks; NULL without steps.
--- @column kind: Group kind ('tp', 'dp', 'pp', 'ep', 'cp', 'world', 'unknown'; parallel_layout).
--- @column collective: Canonical collective ('send' and 'recv' for pipeline traffic).
+-- @column kind [key]: Group kind ('tp', 'dp', 'pp', 'ep', 'cp', 'world', 'unknown'; parallel_layout).
+-- @column collective [key]: Canonical collective ('send' and 'recv' for pipeline traffic).
 -- @column scheme: What the prediction models: 'DDP', 'ZeRO-1', 'ZeRO-2', 'ZeRO-3', 'DP (ZeRO stage unknown)', 'TP', 'TP+SP', 'PP'; NULL when nothing predicts this row.
 -- @column degree: Degree of the kind (parallel_degrees), NULL when unknown.
 -- @column ranks: Traced ranks the measured bytes are averaged over.
 -- @column ops: Measured operations in the step (all ranks).
 -- @column unsized_ops: Of those, operations of unknown size.
 -- @column assumed_ops: Of those, operations whose group size is the world size the importer assumed (no group recorded).
--- @column predicted_bytes: Predicted S bytes per rank in the step; NULL when not predicted or inputs are unknown.
--- @column measured_bytes: Measured S bytes per rank in the step (mean over ranks, sized operations only); 0 when nothing was measured, NULL when no operation has a size.
+-- @column predicted_bytes [key]: Predicted S bytes per rank in the step; NULL when not predicted or inputs are unknown.
+-- @column measured_bytes [key]: Measured S bytes per rank in the step (mean over ranks, sized operations only); 0 when nothing was measured, NULL when no operation has a size.
 -- @column measured_min_bytes: Smallest per-rank measured bytes (NULL when no operation has a size).
 -- @column measured_max_bytes: Largest per-rank measured bytes (NULL when no operation has a size).
--- @column ratio: measured_bytes / predicted_bytes; NULL when not predicted.
+-- @column ratio [key]: measured_bytes / predicted_bytes; NULL when not predicted.
 -- @column predicted_wire_bytes: predicted_bytes × busbw_factor(collective, degree): bytes on the wire per rank.
 -- @column measured_wire_bytes: measured_bytes × busbw_factor(collective, degree).
--- @column verdict: 'match', 'over', 'under', 'assumed' (a ratio resting on an assumed group size, see description), 'unexpected' or 'not_evaluated'.
+-- @column verdict [key]: 'match', 'over', 'under', 'assumed' (a ratio resting on an assumed group size, see description), 'unexpected' or 'not_evaluated'.
 -- @column reason: One sentence: the scheme, the ratio and what explains it, or why it was not evaluated.
 -- @column formula: The prediction with its numbers (NULL when not predicted).
 CREATE OR REPLACE MACRO volume_check(layers := NULL, hidden := NULL, ffn := NULL, heads := NULL, kv_heads := NULL,

@@ -167,15 +167,15 @@ LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id;
 -- running class counters and a running telescoped sum give the union length before any time t, and a kernel's
 -- overlap is covered(end) - covered(start) (the same quantity as intervals_covered_ns).
 -- @column kernel_id: Kernel id (kernels.kernel_id).
--- @column rank: Rank.
+-- @column rank [key]: Rank.
 -- @column device_id: Device.
 -- @column stream_id: Stream.
 -- @column start_ns: Kernel start (ns).
 -- @column end_ns: Kernel end (ns).
 -- @column duration_ns: end_ns − start_ns (ns).
 -- @column short_name: Kernel base name.
--- @column collective: Canonical collective (comm_ops.collective), 'unknown' when no comm_ops row.
--- @column msg_bytes: Message size in nccl-tests' convention S (bytes), when known.
+-- @column collective [key]: Canonical collective (comm_ops.collective), 'unknown' when no comm_ops row.
+-- @column msg_bytes [key]: Message size in nccl-tests' convention S (bytes), when known.
 -- @column in_bytes: Input buffer bytes, when known.
 -- @column out_bytes: Output buffer bytes, when known.
 -- @column dtype: Canonical element type, when known.
@@ -186,7 +186,7 @@ LEFT JOIN comm_ops o ON o.kernel_id = k.kernel_id;
 -- @column n_ops: API-level operations fused into the kernel.
 -- @column overlapped_by_compute_ns: Part of the kernel during which any computation kernel ran on the rank (ns).
 -- @column overlapped_by_gemm_ns: Part of the kernel during which a gemm kernel ran on the rank (ns).
--- @column exposed_ns: Part of the kernel with no computation running (ns).
+-- @column exposed_ns [key]: Part of the kernel with no computation running (ns).
 -- @column algorithm: NCCL/RCCL algorithm the kernel name says ran (_overlap_comm_algorithm), NULL where it does not say.
 -- @column protocol: NCCL protocol the kernel name says ran (_overlap_comm_protocol), NULL where it does not say.
 -- @column channels: Channels (grid x) of an NCCL/RCCL kernel (_overlap_comm_channels), NULL otherwise.
@@ -207,21 +207,21 @@ SELECT * FROM _overlap_comm_kernels ORDER BY rank, start_ns, kernel_id;
 -- The two modes differ because HTA drops a whole step, rounds to µs, and misses communication kernels whose names
 -- do not match '^nccl.*Kernel' (custom all-reduce, hccl, lower-case names).
 -- @param compat: 'none' (exact) or 'hta' (HolisticTraceAnalysis 0.5.0 numbers).
--- @column rank: Rank.
+-- @column rank [key]: Rank.
 -- @column span_start_ns: First GPU interval start on the rank (ns).
 -- @column span_end_ns: Last GPU interval end on the rank (ns).
--- @column span_ns: span_end_ns − span_start_ns (ns).
--- @column busy_ns: Time any GPU work (any class) ran (ns).
+-- @column span_ns [key]: span_end_ns − span_start_ns (ns).
+-- @column busy_ns [key]: Time any GPU work (any class) ran (ns).
 -- @column idle_ns: span_ns − busy_ns (ns).
 -- @column compute_ns: Union of computation-kernel time (ns).
 -- @column gemm_ns: Union of gemm-kernel time (ns).
 -- @column memory_ns: Union of memory work time (ns).
--- @column comm_ns: Union of communication-kernel time (ns).
+-- @column comm_ns [key]: Union of communication-kernel time (ns).
 -- @column comm_overlapped_ns: Communication time during which computation ran (ns).
--- @column comm_overlap_pct: 100 × comm_overlapped_ns / comm_ns (NULL without communication).
+-- @column comm_overlap_pct [key]: 100 × comm_overlapped_ns / comm_ns (NULL without communication).
 -- @column gemm_overlapped_ns: Communication time during which a gemm kernel ran (ns).
 -- @column gemm_overlap_pct: 100 × gemm_overlapped_ns / comm_ns (NULL without communication).
--- @column exposed_comm_ns: Communication time with no computation running: comm_ns − comm_overlapped_ns (ns).
+-- @column exposed_comm_ns [key]: Communication time with no computation running: comm_ns − comm_overlapped_ns (ns).
 CREATE OR REPLACE MACRO overlap_by_rank(compat := 'none') AS TABLE
 WITH t AS (
   SELECT * FROM _overlap_gpu_timeline WHERE compat = 'none'
@@ -264,13 +264,13 @@ ORDER BY r.rank;
 -- 'computation overlapping memory', 'communication overlapping memory',
 -- 'computation overlapping communication overlapping memory', and 'idle' (span minus busy). Categories are
 -- exclusive, so time_ns adds up to the span. computation = gemm ∪ convolution ∪ attention ∪ compute kernels.
--- @column rank: Rank.
--- @column category: Class combination running (see description), or 'idle'.
+-- @column rank [key]: Rank.
+-- @column category [key]: Class combination running (see description), or 'idle'.
 -- @column computation: True when computation runs in this category.
 -- @column communication: True when communication runs in this category.
 -- @column memory: True when memory work runs in this category.
--- @column time_ns: Time in the category (ns).
--- @column span_pct: 100 × time_ns / the rank's GPU span.
+-- @column time_ns [key]: Time in the category (ns).
+-- @column span_pct [key]: 100 × time_ns / the rank's GPU span.
 CREATE OR REPLACE MACRO time_breakdown_by_rank() AS TABLE
 WITH t AS (SELECT * FROM _overlap_gpu_timeline WHERE step_ord IS NULL),
 c AS (
@@ -299,21 +299,21 @@ ORDER BY a.rank, (computation OR communication OR memory) DESC,
 -- overlap_by_rank per iteration: one row per rank and ProfilerStep#N (Kineto) or NVTX iteration range
 -- (see _overlap_steps); no rows when the trace has no steps. The step window is the range on the CPU timeline; GPU work
 -- is clipped to it (work launched in a step that runs after its end counts in the next step or none).
--- @column rank: Rank.
+-- @column rank [key]: Rank.
 -- @column step_ord: 1, 2, ... in start order on that rank.
 -- @column step_name: Range name (e.g. 'ProfilerStep#12').
--- @column step_no: N from the name, when present.
+-- @column step_no [key]: N from the name, when present.
 -- @column step_start_ns: Step start (ns).
 -- @column step_end_ns: Step end (ns).
--- @column step_ns: Step length (ns).
+-- @column step_ns [key]: Step length (ns).
 -- @column busy_ns: Time any GPU work ran inside the step (ns).
 -- @column idle_ns: step_ns − busy_ns (ns).
 -- @column compute_ns: Union of computation-kernel time inside the step (ns).
--- @column comm_ns: Union of communication-kernel time inside the step (ns).
+-- @column comm_ns [key]: Union of communication-kernel time inside the step (ns).
 -- @column comm_overlapped_ns: Communication time during which computation ran (ns).
--- @column comm_overlap_pct: 100 × comm_overlapped_ns / comm_ns (NULL without communication).
+-- @column comm_overlap_pct [key]: 100 × comm_overlapped_ns / comm_ns (NULL without communication).
 -- @column gemm_overlapped_ns: Communication time during which a gemm kernel ran (ns).
--- @column exposed_comm_ns: comm_ns − comm_overlapped_ns (ns).
+-- @column exposed_comm_ns [key]: comm_ns − comm_overlapped_ns (ns).
 CREATE OR REPLACE MACRO overlap_by_step() AS TABLE
 WITH s AS (
   SELECT rank, step_ord,

@@ -8,17 +8,17 @@
 -- distribution, and the effective bandwidth Σ bytes / Σ duration (GB/s = 1e9 B/s), which includes waiting for the
 -- peer: a lower bound, never a link speed (transfer times apart from waiting: transfer_by_pair, latency_model).
 -- Unknown sizes are left out.
--- @column collective: 'send', 'recv' or 'send_recv'.
--- @column bucket_lo_bytes: Bucket lower bound, inclusive (bytes).
+-- @column collective [key]: 'send', 'recv' or 'send_recv'.
+-- @column bucket_lo_bytes [key]: Bucket lower bound, inclusive (bytes).
 -- @column bucket_hi_bytes: Bucket upper bound, exclusive (bytes).
--- @column ops: Operations in the bucket.
+-- @column ops [key]: Operations in the bucket.
 -- @column total_bytes: Sum of msg_bytes (bytes).
 -- @column min_ns: Minimum duration (ns).
--- @column p50_ns: Median duration (ns, nearest rank).
+-- @column p50_ns [key]: Median duration (ns, nearest rank).
 -- @column p90_ns: 90th percentile duration (ns, nearest rank).
 -- @column p99_ns: 99th percentile duration (ns, nearest rank).
 -- @column max_ns: Maximum duration (ns).
--- @column effective_incl_wait_gbps: total_bytes / Σ duration (GB/s), waiting included: a lower bound.
+-- @column effective_incl_wait_gbps [key]: total_bytes / Σ duration (GB/s), waiting included: a lower bound.
 CREATE OR REPLACE MACRO p2p_latency_by_size() AS TABLE
 SELECT collective, bucket_lo_bytes, CASE WHEN bucket_lo_bytes = 0 THEN 1 ELSE bucket_lo_bytes * 2 END AS bucket_hi_bytes,
        count(*) AS ops, CAST(sum(msg_bytes) AS BIGINT) AS total_bytes,

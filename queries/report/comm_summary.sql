@@ -5,13 +5,13 @@
 -- Per collective, over all ranks: summed communication-kernel time and how much of it ran beside computation,
 -- beside GEMMs, or exposed (comm_kernels' per-kernel split, summed; kernels of one rank that run at the same
 -- time count twice, unlike overlap_by_rank's unions).
--- @column collective: Canonical collective ('unknown' when the kernel has no comm_ops row).
--- @column calls: Communication kernels.
--- @column comm_ns: Summed kernel duration (ns).
+-- @column collective [key]: Canonical collective ('unknown' when the kernel has no comm_ops row).
+-- @column calls [key]: Communication kernels.
+-- @column comm_ns [key]: Summed kernel duration (ns).
 -- @column comm_overlapped_ns: Summed part of the kernels during which computation ran (ns).
 -- @column gemm_overlapped_ns: Summed part during which a GEMM kernel ran (ns).
--- @column exposed_comm_ns: Summed part with no computation running (ns).
--- @column exposed_pct: 100 × exposed_comm_ns / comm_ns (NULL when comm_ns is 0).
+-- @column exposed_comm_ns [key]: Summed part with no computation running (ns).
+-- @column exposed_pct [key]: 100 × exposed_comm_ns / comm_ns (NULL when comm_ns is 0).
 CREATE OR REPLACE MACRO comm_overlap_by_collective() AS TABLE
 SELECT collective, count(*) AS calls, CAST(sum(duration_ns) AS BIGINT) AS comm_ns,
        CAST(sum(overlapped_by_compute_ns) AS BIGINT) AS comm_overlapped_ns,
@@ -64,16 +64,16 @@ FROM g JOIN names USING (short_name, collective);
 -- biggest variant and n_names how many full names (template instances) the group holds (kernel_name_variants
 -- lists them).
 -- @param n: Rows returned (default 25).
--- @column short_name: Kernel base name (untrusted trace text).
--- @column collective: Canonical collective.
--- @column calls: Kernel executions.
+-- @column short_name [key]: Kernel base name (untrusted trace text).
+-- @column collective [key]: Canonical collective.
+-- @column calls [key]: Kernel executions.
 -- @column ranks: Ranks that ran it.
--- @column total_ns: Summed duration (ns).
+-- @column total_ns [key]: Summed duration (ns).
 -- @column mean_ns: Mean duration (ns, rounded).
 -- @column max_ns: Longest execution (ns).
--- @column exposed_pct: 100 × summed exposed time / summed duration.
+-- @column exposed_pct [key]: 100 × summed exposed time / summed duration.
 -- @column median_msg_bytes: Median message size (bytes, nccl-tests convention), when known.
--- @column time_share_pct: 100 × total time / all communication-kernel time.
+-- @column time_share_pct [key]: 100 × total time / all communication-kernel time.
 -- @column n_names: Distinct full kernel names in the group.
 -- @column top_name: Full name with the most total time in the group (ties: first in name order; untrusted trace text).
 CREATE OR REPLACE MACRO top_comm_kernels(n := 25) AS TABLE

@@ -5,13 +5,13 @@
 -- Base names are kernels.short_name (rule kernel_short_name); this lists the template instances a grouped row of
 -- the report merges.
 -- @param base: Only this base name (default NULL: all).
--- @column short_name: Kernel base name (untrusted trace text).
--- @column kernel_class: Class of the kernel (rule kernel_class).
+-- @column short_name [key]: Kernel base name (untrusted trace text).
+-- @column kernel_class [key]: Class of the kernel (rule kernel_class).
 -- @column name: Full kernel name as the trace wrote it (untrusted trace text).
--- @column calls: Kernel executions, all ranks.
+-- @column calls [key]: Kernel executions, all ranks.
 -- @column ranks: Ranks that ran it.
--- @column total_ns: Summed duration (ns).
--- @column share_of_base_pct: 100 × total_ns / the base name's total (NULL when that is 0).
+-- @column total_ns [key]: Summed duration (ns).
+-- @column share_of_base_pct [key]: 100 × total_ns / the base name's total (NULL when that is 0).
 CREATE OR REPLACE MACRO kernel_name_variants(base := NULL) AS TABLE
 WITH v AS (
   SELECT short_name, kernel_class, name, count(*) AS calls, count(DISTINCT rank) AS ranks,

@@ -2,22 +2,22 @@
 
 -- @macro run_overview
 -- One row per rank: where its events came from, its GPUs and how much was traced, for the report's overview table.
--- @column rank: Rank.
--- @column host: Host name (ranks.host, else the file's host), when known.
+-- @column rank [key]: Rank.
+-- @column host [key]: Host name (ranks.host, else the file's host), when known.
 -- @column file_path: Trace file the rank came from.
 -- @column source: 'nsys' or 'kineto'.
 -- @column format_version: Format version of the file (files.format_version).
 -- @column producer: Producer / version markers of the file (files.producer).
 -- @column gpus: Device names (and ids) used by the rank, comma-separated; 'model not recorded (N)' when the
 -- trace does not name device N.
--- @column n_gpus: Devices the rank used.
+-- @column n_gpus [key]: Devices the rank used.
 -- @column gpu_models: Distinct device names of the rank, comma-separated; NULL when the trace names none.
--- @column n_kernels: Kernels the rank ran.
--- @column n_comm_kernels: Communication kernels among them.
+-- @column n_kernels [key]: Kernels the rank ran.
+-- @column n_comm_kernels [key]: Communication kernels among them.
 -- @column n_mem_ops: Memory copies and memsets.
 -- @column first_ns: Earliest kernel or memory operation start on the job timeline (ns).
 -- @column last_ns: Latest kernel or memory operation end on the job timeline (ns).
--- @column span_ns: last_ns - first_ns (ns).
+-- @column span_ns [key]: last_ns - first_ns (ns).
 CREATE OR REPLACE MACRO run_overview() AS TABLE
 WITH gpu AS (
   SELECT rank, string_agg(coalesce(name, 'model not recorded') || ' (' || CAST(device_id AS VARCHAR) || ')', ', '

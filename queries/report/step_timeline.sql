@@ -17,15 +17,15 @@
 -- @column step_label: 'step N', or 'whole trace' when the trace has no step ranges.
 -- @column window_start_ns: Start of the window on the job timeline (ns).
 -- @column window_duration_ns: Length of the window (ns).
--- @column rank: Rank.
--- @column lane: 'communication', 'compute' or 'memory'.
--- @column segment: Bin index of the segment, 0 .. max_segments - 1.
--- @column op_class: Class that took the most time in the segment: kernels.kernel_class, or 'memory' for memcpy/memset
+-- @column rank [key]: Rank.
+-- @column lane [key]: 'communication', 'compute' or 'memory'.
+-- @column segment [key]: Bin index of the segment, 0 .. max_segments - 1.
+-- @column op_class [key]: Class that took the most time in the segment: kernels.kernel_class, or 'memory' for memcpy/memset
 -- (ties: the first in name order).
--- @column start_offset_ns: Segment start, ns after window_start_ns.
+-- @column start_offset_ns [key]: Segment start, ns after window_start_ns.
 -- @column end_offset_ns: Segment end, ns after window_start_ns.
--- @column busy_ns: Summed duration of the segment's operations (ns); can exceed end_offset_ns - start_offset_ns when streams run concurrently.
--- @column busy_pct: 100 × busy_ns / (end_offset_ns - start_offset_ns), capped at 100.
+-- @column busy_ns [key]: Summed duration of the segment's operations (ns); can exceed end_offset_ns - start_offset_ns when streams run concurrently.
+-- @column busy_pct [key]: 100 × busy_ns / (end_offset_ns - start_offset_ns), capped at 100.
 -- @column n_ops: Number of kernels and memory operations merged into the segment.
 -- @column longest_op_name: Base name of the longest operation in the segment (ties: the earliest start, then kernels
 -- before memory operations, then the lower id; untrusted trace text).

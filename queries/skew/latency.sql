@@ -51,19 +51,19 @@ CREATE OR REPLACE MACRO _skew_latency_busbw_bound_gbps(collective, peak_gbps) AS
 -- @column instance_key: Matching key ('p2p:<group>:<src>><dst>#k' for the k-th send/recv of a pair).
 -- @column match_rule: 'pg_seq', 'group_order', 'rank_order' or 'p2p_pair'.
 -- @column kind: 'collective' or 'p2p'.
--- @column collective: Collective; 'p2p' for a matched send/recv pair.
+-- @column collective [key]: Collective; 'p2p' for a matched send/recv pair.
 -- @column group_size: Group size when known, else the ranks that ran it (2 for p2p).
 -- @column pg_name: Group, when known.
--- @column seq: Sequence number, when known.
--- @column msg_bytes: Size S (bytes), when known.
--- @column src_rank: p2p: sending rank, else NULL.
--- @column dst_rank: p2p: receiving rank, else NULL.
+-- @column seq [key]: Sequence number, when known.
+-- @column msg_bytes [key]: Size S (bytes), when known.
+-- @column src_rank [key]: p2p: sending rank, else NULL.
+-- @column dst_rank [key]: p2p: receiving rank, else NULL.
 -- @column ranks_seen: Ranks that ran this instance.
 -- @column first_start_ns: Earliest start (ns).
 -- @column last_start_ns: Latest start (ns).
--- @column transfer_ns: Collective: end of the last-arriving rank − latest start; p2p: recv end − latest start (ns, >= 0).
+-- @column transfer_ns [key]: Collective: end of the last-arriving rank − latest start; p2p: recv end − latest start (ns, >= 0).
 -- @column transfer_source: 'matched' (complete group, ranks agree), else why transfer_ns is NULL (_skew_comm_instances).
--- @column max_wait_ns: Longest wait of a rank, last_start_ns − first_start_ns (ns).
+-- @column max_wait_ns [key]: Longest wait of a rank, last_start_ns − first_start_ns (ns).
 -- @column last_arriving_rank: Rank with the latest start (lowest such rank on ties).
 -- @column rank_wait_ns: Per rank wait (latest start − own start), a list of {rank, wait_ns} sorted by rank (ns).
 CREATE OR REPLACE MACRO comm_transfer() AS TABLE
@@ -76,19 +76,19 @@ ORDER BY first_start_ns, instance_key;
 -- @macro transfer_by_pair
 -- Point-to-point per ordered pair (sender → receiver), matched send/recv only: transfer-time and wait
 -- distributions (wait = how long the earlier side waited for the other), and which side waited. Needs no sizes.
--- @column src_rank: Sending rank.
--- @column dst_rank: Receiving rank.
--- @column instances: Matched send/recv pairs.
+-- @column src_rank [key]: Sending rank.
+-- @column dst_rank [key]: Receiving rank.
+-- @column instances [key]: Matched send/recv pairs.
 -- @column sized_instances: Of those, with a known size.
 -- @column total_bytes: Sum of sizes (bytes), NULL when none known.
 -- @column transfer_p10_ns: 10th percentile transfer time (ns, nearest rank).
--- @column transfer_p50_ns: Median transfer time (ns, nearest rank).
+-- @column transfer_p50_ns [key]: Median transfer time (ns, nearest rank).
 -- @column transfer_p90_ns: 90th percentile transfer time (ns, nearest rank).
--- @column wait_p50_ns: Median wait of the earlier side (ns, nearest rank).
+-- @column wait_p50_ns [key]: Median wait of the earlier side (ns, nearest rank).
 -- @column wait_p90_ns: 90th percentile wait of the earlier side (ns, nearest rank).
 -- @column total_transfer_ns: Sum of transfer times (ns).
 -- @column total_wait_ns: Sum of waits (ns).
--- @column receiver_waited_pct: 100 × pairs where the recv started first (the receiver waited) / instances.
+-- @column receiver_waited_pct [key]: 100 × pairs where the recv started first (the receiver waited) / instances.
 CREATE OR REPLACE MACRO transfer_by_pair() AS TABLE
 SELECT src_rank, dst_rank, count(*) AS instances, count(msg_bytes) AS sized_instances,
        CAST(sum(msg_bytes) AS BIGINT) AS total_bytes,
@@ -223,8 +223,8 @@ FROM pts LEFT JOIN est USING (collective, group_size);
 -- its share of the sized transfer time and what coalescing would save: measured time of the latency-bound instances
 -- minus the model time of their bytes sent in ceil(bytes / n½) operations of size n½. Rows without matched transfers
 -- (a single-rank job, partial groups) carry durations only: no transfer, wait, fit, share or saving.
--- @column collective: Collective ('p2p' for matched send/recv pairs).
--- @column group_size: Group size (comm_transfer).
+-- @column collective [key]: Collective ('p2p' for matched send/recv pairs).
+-- @column group_size [key]: Group size (comm_transfer).
 -- @column transfer_source: 'matched' when some instance has a matched transfer time; else why none has (the most
 --   common _skew_comm_instances.transfer_source: 'single_rank', 'partial_group', 'unmatched', 'inconsistent').
 -- @column instances: Instances (any source).
@@ -246,11 +246,11 @@ FROM pts LEFT JOIN est USING (collective, group_size);
 -- @column sized_transfer_ns: Sum of matched transfer times of sized instances (ns).
 -- @column fit_min_bytes: Smallest size point the fit uses (bytes): the fitted range starts here.
 -- @column fit_max_bytes: Largest size point the fit uses (bytes).
--- @column alpha_us: Fitted latency α (µs); given for fit_quality 'ok', 'implausible', 'unbounded_interval' and
+-- @column alpha_us [key]: Fitted latency α (µs); given for fit_quality 'ok', 'implausible', 'unbounded_interval' and
 --   'degenerate_interval' (shown), NULL otherwise. Only 'ok' fits are used anywhere.
 -- @column alpha_lo_us: Lower 95 % bootstrap bound of α (µs).
 -- @column alpha_hi_us: Upper 95 % bootstrap bound of α (µs).
--- @column beta_gbps: Fitted bandwidth β (GB/s = 1e9 B/s, algorithm bandwidth of msg_bytes); NULL like alpha_us.
+-- @column beta_gbps [key]: Fitted bandwidth β (GB/s = 1e9 B/s, algorithm bandwidth of msg_bytes); NULL like alpha_us.
 -- @column beta_lo_gbps: Lower 95 % bootstrap bound of β (GB/s).
 -- @column beta_hi_gbps: Upper 95 % bootstrap bound of β (GB/s); NULL when the slope's interval reaches 0 (unbounded).
 -- @column beta_busbw_gbps: β × busbw_factor(collective, group size) (1 for p2p and collectives without a factor):
@@ -258,8 +258,8 @@ FROM pts LEFT JOIN est USING (collective, group_size);
 -- @column peak_busbw_gbps: Highest bus bandwidth β may reach here (_skew_latency_busbw_bound_gbps, GB/s).
 -- @column peak_source: 'job_peak' (_devices_peak_busbw_gbps: the devices' links or --link-gbps) or 'nvlink5_bound'
 --   (unknown: the fastest link that exists).
--- @column n_half_bytes: n½ = α·β (bytes), given with alpha_us: half of the transfer time is latency at this size.
--- @column fit_quality: 'ok' (used); 'durations_only' (no matched transfer: no fit on waiting-laden durations);
+-- @column n_half_bytes [key]: n½ = α·β (bytes), given with alpha_us: half of the transfer time is latency at this size.
+-- @column fit_quality [key]: 'ok' (used); 'durations_only' (no matched transfer: no fit on waiting-laden durations);
 --   'no_sizes'; 'one_size'; 'few_sizes' (2 size points); 'few_instances' (fewer than 3 points of >= 2 instances);
 --   'narrow_sizes' (used points span < 8×); 'no_fit' (slope not positive: no bandwidth term visible);
 --   'implausible' (α < 0 or > 1 ms, or beta_busbw_gbps > peak_busbw_gbps: shown, not used); 'unbounded_interval'
@@ -391,14 +391,14 @@ ORDER BY collective, group_size;
 -- @macro latency_by_size
 -- The fit's points for plotting: per (collective, group size) and size bucket, the matched transfer-time
 -- distribution and the model time α + bytes/β where latency_model shows a fit, with n½.
--- @column collective: Collective ('p2p' for matched send/recv).
--- @column group_size: Group size.
--- @column msg_bytes: Median size in the bucket (bytes).
+-- @column collective [key]: Collective ('p2p' for matched send/recv).
+-- @column group_size [key]: Group size.
+-- @column msg_bytes [key]: Median size in the bucket (bytes).
 -- @column instances: Instances in the bucket (the fit uses buckets of >= 2).
 -- @column transfer_p10_ns: 10th percentile transfer time (ns).
--- @column transfer_p50_ns: Median transfer time (ns).
+-- @column transfer_p50_ns [key]: Median transfer time (ns).
 -- @column transfer_p90_ns: 90th percentile transfer time (ns).
--- @column model_ns: α + msg_bytes / β (ns), NULL where latency_model's alpha_us is NULL.
+-- @column model_ns [key]: α + msg_bytes / β (ns), NULL where latency_model's alpha_us is NULL.
 -- @column n_half_bytes: n½ of the (collective, group size) model (bytes), NULL likewise.
 -- @column fit_quality: latency_model's fit_quality of the model (only 'ok' is used).
 CREATE OR REPLACE MACRO latency_by_size() AS TABLE
@@ -413,7 +413,7 @@ ORDER BY p.collective, p.group_size, msg_bytes;
 -- Job-wide latency-bound share and coalescing saving over latency_model's 'ok' fits only (one row), with the share
 -- of communication time those fits cover. latency_bound_pct is NULL, with not_evaluated_reason, when no fit is 'ok'
 -- or the 'ok' fits cover less than _skew_latency_min_coverage_pct() of communication kernel time.
--- @column instances: Instances (any source).
+-- @column instances [key]: Instances (any source).
 -- @column matched_instances: Instances with a matched transfer time.
 -- @column sized_instances: Of those, with a known size.
 -- @column total_transfer_ns: Sum of matched transfer times (ns).
@@ -422,11 +422,11 @@ ORDER BY p.collective, p.group_size, msg_bytes;
 -- @column fitted_transfer_ns: Their transfer time (ns): latency_bound_pct's base.
 -- @column below_threshold_ops: Of them, instances below n½ of their fit; NULL when no fit is 'ok'.
 -- @column latency_bound_ns: Transfer time of instances below n½ of their 'ok' fit (ns); NULL when no fit is 'ok'.
--- @column latency_bound_pct: 100 × latency_bound_ns / fitted_transfer_ns; NULL with not_evaluated_reason.
--- @column coalescing_saving_ns: Sum of coalescing_saving_ns over 'ok' fits (ns); NULL when no fit is 'ok'.
--- @column covered_comm_pct: 100 × kernel time of the 'ok' fits' sized matched instances / all communication kernel
+-- @column latency_bound_pct [key]: 100 × latency_bound_ns / fitted_transfer_ns; NULL with not_evaluated_reason.
+-- @column coalescing_saving_ns [key]: Sum of coalescing_saving_ns over 'ok' fits (ns); NULL when no fit is 'ok'.
+-- @column covered_comm_pct [key]: 100 × kernel time of the 'ok' fits' sized matched instances / all communication kernel
 --   time of the job (sum of latency_model.covered_comm_pct over 'ok' rows; 0 when none): what the figures cover.
--- @column not_evaluated_reason: NULL when latency_bound_pct is given, else 'no_matched_transfers', 'no_sizes',
+-- @column not_evaluated_reason [key]: NULL when latency_bound_pct is given, else 'no_matched_transfers', 'no_sizes',
 --   'no_ok_fit' or 'coverage_below_10pct' (_skew_latency_min_coverage_pct).
 -- @column models: (collective, group size) models.
 -- @column models_fitted: Models with an 'ok' fit.

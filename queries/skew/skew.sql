@@ -112,13 +112,13 @@ FROM keyed;
 -- clock (the matched views do this). Uncertainty: spread_ns is the spread of the per-instance estimates (it
 -- includes real end-time differences between ranks, a few µs in rings), uncertainty_ns a 95 % bound on the
 -- median's error. A host sharing no collective with the reference keeps offset_ns NULL and is not shifted.
--- @column host: Host name (NULL: ranks of unknown host).
+-- @column host [key]: Host name (NULL: ranks of unknown host).
 -- @column ranks: Ranks on the host.
 -- @column is_reference: True for the host of the lowest rank.
 -- @column instances: Collective instances shared with the reference host that the estimate uses.
--- @column offset_ns: Host clock − reference clock (ns); 0 for the reference, NULL when no shared instance.
+-- @column offset_ns [key]: Host clock − reference clock (ns); 0 for the reference, NULL when no shared instance.
 -- @column spread_ns: 90th − 10th percentile of the per-instance estimates (ns).
--- @column uncertainty_ns: 95 % confidence half-width of offset_ns, 1.96 × 1.2533 × 1.4826 × MAD / √instances (ns).
+-- @column uncertainty_ns [key]: 95 % confidence half-width of offset_ns, 1.96 × 1.2533 × 1.4826 × MAD / √instances (ns).
 CREATE OR REPLACE MACRO host_clock_offsets() AS TABLE
 WITH r AS (SELECT rank, coalesce(host, '') AS h FROM ranks),
 ref AS (SELECT arg_min(h, rank) AS h FROM r),
@@ -311,11 +311,11 @@ WHERE i.ranks_seen >= 2 AND i.consistent;
 -- false: different operations were paired), are kept; their skew, arrival ranks and waits are NULL.
 -- @column instance_key: Matching key (e.g. '0#17' = pg '0' seq 17; '#3' = 3rd comm kernel of every rank).
 -- @column match_rule: 'pg_seq', 'group_order' or 'rank_order'.
--- @column collective: Collective (the most common name across ranks).
+-- @column collective [key]: Collective (the most common name across ranks).
 -- @column pg_name: Group, when known.
--- @column seq: Sequence number, when known.
--- @column msg_bytes: Largest size S reported across ranks (bytes), when known.
--- @column ranks_seen: Ranks that ran this instance.
+-- @column seq [key]: Sequence number, when known.
+-- @column msg_bytes [key]: Largest size S reported across ranks (bytes), when known.
+-- @column ranks_seen [key]: Ranks that ran this instance.
 -- @column group_size: Ranks in the instance's group (_skew_comm_instances).
 -- @column group_complete: Seen on every rank of its group.
 -- @column consistent: The ranks agree (queries/skew header); false: the row's skew figures are NULL.
@@ -324,11 +324,11 @@ WHERE i.ranks_seen >= 2 AND i.consistent;
 -- @column last_start_ns: Latest start (ns).
 -- @column latency_ns: Minimum kernel duration across ranks (ns).
 -- @column max_duration_ns: Maximum kernel duration across ranks (ns).
--- @column transfer_ns: End of the last-arriving rank − latest start (ns); NULL unless transfer_source = 'matched'.
+-- @column transfer_ns [key]: End of the last-arriving rank − latest start (ns); NULL unless transfer_source = 'matched'.
 -- @column transfer_source: 'matched', 'inconsistent', 'partial_group', 'unmatched' or 'single_rank' (_skew_comm_instances).
--- @column start_skew_ns: last_start_ns − first_start_ns (ns); NULL when ranks_seen < 2 or not consistent.
+-- @column start_skew_ns [key]: last_start_ns − first_start_ns (ns); NULL when ranks_seen < 2 or not consistent.
 -- @column end_skew_ns: Latest end − earliest end (ns); NULL when ranks_seen < 2 or not consistent.
--- @column last_arriving_rank: Rank with the latest start (lowest such rank on ties); NULL when ranks_seen < 2 or
+-- @column last_arriving_rank [key]: Rank with the latest start (lowest such rank on ties); NULL when ranks_seen < 2 or
 -- not consistent.
 -- @column first_arriving_rank: Rank with the earliest start (lowest such rank on ties); NULL when ranks_seen < 2 or
 -- not consistent.
@@ -358,20 +358,20 @@ ORDER BY first_start_ns, instance_key;
 -- terms. All ranks are tested, so the p-value is Bonferroni-adjusted (× the ranks tested, at most 1); a straggler
 -- needs an adjusted p-value below 0.01 and a share of last arrivals above the chance share. Ties in start time go
 -- to the lowest rank (as last_arriving_rank). Point-to-point waits are in transfer_by_pair.
--- @column rank: Rank.
+-- @column rank [key]: Rank.
 -- @column collectives: Matched instances the rank took part in.
--- @column total_wait_ns: Sum of waits (ns).
+-- @column total_wait_ns [key]: Sum of waits (ns).
 -- @column mean_wait_ns: Mean wait (ns, rounded).
 -- @column max_wait_ns: Largest wait (ns).
 -- @column times_arrived_last: Instances where the rank started last.
 -- @column times_arrived_first: Instances where the rank started first.
--- @column arrived_last_pct: 100 × times_arrived_last / collectives.
+-- @column arrived_last_pct [key]: 100 × times_arrived_last / collectives.
 -- @column chance_last_pct: 100 × the mean over the rank's instances of 1 / ranks_seen: the share of last arrivals
 -- expected by chance.
 -- @column arrived_last_p_value: Bonferroni-adjusted one-sided binomial p-value of arriving last times_arrived_last
 -- times or more by chance: min(1, ranks tested × P(X >= times_arrived_last)), X ~ Binomial(collectives,
 -- chance_last_pct / 100).
--- @column is_straggler: arrived_last_p_value < 0.01 and arrived_last_pct > chance_last_pct.
+-- @column is_straggler [key]: arrived_last_p_value < 0.01 and arrived_last_pct > chance_last_pct.
 -- @column total_comm_ns: Sum of the rank's kernel durations in those instances (ns).
 -- @column straggler_rank_order: 1 = lowest total wait (most likely straggler, TraceLens' ranking), 2, ...
 CREATE OR REPLACE MACRO rank_wait() AS TABLE
