@@ -83,7 +83,6 @@ more keep every integer digit).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,10 +92,10 @@ from . import __version__
 from .analysis import run_query
 from .cache import materialize, unmaterialize
 from .db import memory_connection, settle
-from .units import size
+from .units import JSON_DIGITS, round_floats, size
 
 SCHEMA_VERSION = 1
-DIGITS = 6
+DIGITS = JSON_DIGITS
 
 EXPOSED_BY_BUCKET = "comm_kernels × _messages_comm_sized"
 # the documented catalog columns each side contributes (tests check them against the catalog)
@@ -562,27 +561,13 @@ THRESHOLDS = {
 }
 
 
-def _round(v):
-    """Floats to DIGITS significant digits, never coarser than whole units; recursively."""
-    if isinstance(v, float):
-        if not math.isfinite(v) or v == 0:
-            return v
-        digits = max(DIGITS, int(math.floor(math.log10(abs(v)))) + 1)
-        return float(f"{v:.{digits}g}")
-    if isinstance(v, dict):
-        return {k: _round(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_round(x) for x in v]
-    return v
-
-
 def document(c: Comparison, **limits: float | None) -> dict[str, Any]:
     """The ``diff --json`` document (keys in the module docstring), thresholds checked."""
     d: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "nsys2comm_version": __version__,
                          "base": dict(c.base), "new": dict(c.new), **c.headline,
                          "rows": c.rows.rows(named=True), "missing": list(c.missing), "thresholds": [], "ok": True}
     check_thresholds(d, **limits)
-    return _round(d)
+    return round_floats(d, DIGITS)  # the rule of every JSON output (units.round_floats)
 
 
 def check_thresholds(d: dict, **limits: float | None) -> dict:

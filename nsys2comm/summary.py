@@ -57,6 +57,13 @@ gemm_contention            {slowdown_pct, lost_ns, measured_groups, mixed_groups
 serialised_pairs           {pairs, headroom_ns}: producer GEMM → exposed collective pairs run back to back, and the
                            summed T3 headroom of a tile-by-tile overlap after contention (serialised_pairs);
                            headroom_ns null when no GEMM slowdown could be measured
+gemm_time_pct              share of GPU-busy time in GEMM kernels, % (gemm_overview: union of GEMM kernel time per
+                           rank over GPU-busy time, both summed over ranks)
+gemm_efficiency_pct        time-weighted efficiency of the GEMMs with a shape and a known peak against the device's
+                           dense peak for their dtype, % (gemm_overview: ideal time at peak / time taken;
+                           docs/gemm-peaks.md); null with the reason in ``missing`` (no shapes, unknown device)
+mfu_pct                    model FLOPs utilisation, % (gemm_overview: (6·P + 12·L·h·s) FLOPs per token × tokens per
+                           iteration / (median iteration time × peak × GPUs per replica)); null without --model
 max_skew_ms                largest start skew of one collective instance across its ranks, ms (collective_skew:
                            instances whose ranks disagree are left out)
 stragglers                 [{rank, times_last, collectives, p_value, wait_ns}] ranks that arrive last significantly
@@ -105,7 +112,7 @@ import polars as pl
 
 from . import __version__
 from .db import settle
-from .units import duration, ns_to, pct, size
+from .units import JSON_DIGITS, duration, ns_to, pct, round_floats, size
 
 SCHEMA_VERSION = 1
 
@@ -122,6 +129,7 @@ VOLUME = "volume_check"
 CONTENTION = "gemm_contention"
 PAIRS = "serialised_pairs"
 LATE = "late_arrival_causes"
+GEMM = "gemm_overview"
 # the documented columns each summary section reads (tests check them against the catalog)
 COLUMNS = {
     OVERLAP: ("rank", "busy_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
@@ -144,17 +152,18 @@ COLUMNS = {
     PAIRS: ("headroom_ns",),
     LATE: ("late_rank", "lateness_ns", "host_share_ns", "gpu_compute_share_ns", "queued_share_ns",
            "earlier_comm_share_ns", "carried_ns"),
+    GEMM: ("gemm_time_pct", "gemm_efficiency_pct", "covered_pct", "efficiency_reason", "mfu_pct", "mfu_reason"),
 }
 
 SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "sources", "gpu_busy_ns", "comm_ns",
                 "comm_share_pct", "overlap_pct", "exposed_comm_ns", "exposed_comm_pct", "worst_rank",
                 "worst_rank_exposed_comm_pct", "worst_collective", "p2p", "latency_bound_pct",
                 "latency_bound_covered_comm_pct", "coalescing_saving_ms", "latency_models", "exposed_by_cause",
-                "gemm_contention", "serialised_pairs",
+                "gemm_contention", "serialised_pairs", "gemm_time_pct", "gemm_efficiency_pct", "mfu_pct",
                 "max_skew_ms", "stragglers", "late_rank_cause", "parallel_layout", "volume_check", "failed_files",
                 "missing",
                 "thresholds", "ok"]
-DIGITS = 6  # every float in the summary: 6 significant digits (one precision for every key)
+DIGITS = JSON_DIGITS  # every float in the summary: 6 significant digits (one precision for every key)
 
 
 def _query(con, name: str, missing: list[str], params: dict | None = None) -> pl.DataFrame | None:
@@ -175,17 +184,6 @@ def _pct(num, den) -> float | None:
 
 def _int(v) -> int | None:
     return None if v is None else int(round(v))
-
-
-def _round(v):
-    """Floats to DIGITS significant digits, recursively; everything else as is."""
-    if isinstance(v, float):
-        return v if v != v or v in (float("inf"), float("-inf")) else float(f"{v:.{DIGITS}g}")
-    if isinstance(v, dict):
-        return {k: _round(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_round(x) for x in v]
-    return v
 
 
 def not_available(s: dict, key: str, why: str) -> None:
@@ -229,6 +227,7 @@ def build_summary(con, failed_files: list[dict] | None = None, volume: dict | No
     _causes(s, con, missing)
     _volume(s, con, missing, volume or {})
     _contention(s, con, missing)
+    _gemm(s, con, missing, volume or {})
     _late(s, con, missing)
     _notes(s, con, missing)
     if s["files"] == 0:
@@ -236,7 +235,7 @@ def build_summary(con, failed_files: list[dict] | None = None, volume: dict | No
     else:
         _name_unavailable(s, con)
     settle(con)  # the connection takes new work after the summary
-    return _round(s)
+    return round_floats(s, DIGITS)  # the rule of every JSON output (units.round_floats)
 
 
 def _overlap(s: dict, con, missing: list[str]) -> None:
@@ -409,6 +408,32 @@ def _contention(s: dict, con, missing: list[str]) -> None:
             not_available(s, "serialised_pairs.headroom_ns", "no GEMM slowdown under communication could be measured")
 
 
+# the gemm_overview parameters among volume_check's (--model, --layout); the model's dtype is model_dtype there
+_GEMM_PARAMS = ("params", "layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "tied", "gated", "seq",
+                "micro_batch", "micro_batches", "tp", "pp", "cp")
+
+
+def _gemm(s: dict, con, missing: list[str], params: dict) -> None:
+    """GEMM share of GPU time, time-weighted GEMM efficiency and MFU (gemm_overview)."""
+    if not s["ranks"]:
+        return
+    args = {k: v for k, v in params.items() if k in _GEMM_PARAMS}
+    if params.get("dtype") is not None:
+        args["model_dtype"] = params["dtype"]
+    ov = _query(con, GEMM, missing, args)
+    if ov is None or not ov.height:
+        return
+    r = ov.row(0, named=True)
+    s["gemm_time_pct"], s["gemm_efficiency_pct"], s["mfu_pct"] = \
+        r["gemm_time_pct"], r["gemm_efficiency_pct"], r["mfu_pct"]
+    if r["gemm_time_pct"] is None:
+        not_available(s, "gemm_time_pct", "no GPU-busy time")
+    if r["gemm_efficiency_pct"] is None:
+        not_available(s, "gemm_efficiency_pct", r["efficiency_reason"] or "no GEMM op has FLOPs and a peak")
+    if r["mfu_pct"] is None:
+        not_available(s, "mfu_pct", r["mfu_reason"] or "unknown")
+
+
 def _volume(s: dict, con, missing: list[str], params: dict) -> None:
     """The parallel layout (parallel_degrees) and, with a model, expected against measured volume (volume_check)."""
     from .model import layout_params
@@ -575,6 +600,11 @@ def format_summary(s: dict) -> str:
         lost = f"{duration(c['lost_ns'])} lost" if (c["lost_ns"] or 0) > 0 else "no net time lost"
         lines.append(f"GEMM contention: median {how} beside communication (time-weighted over "
                      f"{c['measured_groups']} measured group(s){mixed}), {lost}")
+    if s.get("gemm_time_pct") is not None:
+        eff = (f", {pct(s['gemm_efficiency_pct'], 1)} of peak (time-weighted)"
+               if s.get("gemm_efficiency_pct") is not None else ", efficiency not available (see missing)")
+        mfu = f"; MFU {pct(s['mfu_pct'], 1)}" if s.get("mfu_pct") is not None else ""
+        lines.append(f"GEMMs: {pct(s['gemm_time_pct'], 1)} of GPU-busy time{eff}{mfu}")
     if s.get("serialised_pairs"):
         sp = s["serialised_pairs"]
         lines.append(f"serialised GEMM → collective pairs: {sp['pairs']}, T3 headroom {duration(sp['headroom_ns'])}")

@@ -25,6 +25,23 @@ def is_num(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and not math.isnan(x)
 
 
+JSON_DIGITS = 6  # significant digits of every float in a JSON document (summary --json, diff --json)
+
+
+def round_floats(v, digits: int = JSON_DIGITS):
+    """The one rounding rule of every JSON output: floats to ``digits`` significant digits, never coarser than whole
+    units (1234567.8 -> 1234568.0); NaN, infinities and 0 as they are; dicts and lists recursively, the rest as is."""
+    if isinstance(v, float):
+        if not math.isfinite(v) or v == 0:
+            return v
+        return float(f"{v:.{max(digits, math.floor(math.log10(abs(v))) + 1)}g}")
+    if isinstance(v, dict):
+        return {k: round_floats(x, digits) for k, x in v.items()}
+    if isinstance(v, list):
+        return [round_floats(x, digits) for x in v]
+    return v
+
+
 def pct(v: float | None, decimals: int = 0) -> str:
     """'42%' (or '42.3%' with decimals=1); 'n/a' for None."""
     return NOT_AVAILABLE if v is None else f"{v:.{decimals}f}%"

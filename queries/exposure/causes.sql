@@ -159,6 +159,12 @@ SELECT kernel_id, rank, CASE WHEN start_ns < st_end THEN st_ord END AS step_ord,
        waited_for_end_ns
 FROM n;
 
+-- @macro _exposure_right_after_ns
+-- Default of right_after_ns (ns), the one tolerance for "starts right after" of the cause attribution: 10 µs.
+-- GPU-side gaps between queued kernels are 1–5 µs, while a kernel launched only after the end waits a launch call
+-- plus its GPU latency.
+CREATE OR REPLACE MACRO _exposure_right_after_ns() AS 10000;
+
 -- @macro _exposure_by_kernel_rows
 -- exposed_comm_by_kernel's rows, unordered, for exposed_comm_causes (a macro's ORDER BY is kept inside the
 -- queries that read it: a sort of every exposed kernel's rows before aggregating them).
@@ -190,7 +196,7 @@ FROM n;
 -- @column next_compute_launch_end_ns: End of its launch call (ns), when known.
 -- @column waited_for_kernel_id: The communication kernel of the rank that ended last at or before the next
 -- computation kernel's start (this kernel or a later one): what a 'dependency_wait' waited for.
-CREATE OR REPLACE MACRO _exposure_by_kernel_rows(right_after_ns := 10000) AS TABLE
+CREATE OR REPLACE MACRO _exposure_by_kernel_rows(right_after_ns := _exposure_right_after_ns()) AS TABLE
 WITH c AS (
   SELECT e.*,
     CASE WHEN stream_compute_kernels > 0 THEN 'serialised_stream'
@@ -249,7 +255,7 @@ FROM rows_;
 -- @column next_compute_launch_end_ns: End of its launch call (ns), when known.
 -- @column waited_for_kernel_id: The communication kernel of the rank that ended last at or before the next
 -- computation kernel's start (this kernel or a later one): what a 'dependency_wait' waited for.
-CREATE OR REPLACE MACRO exposed_comm_by_kernel(right_after_ns := 10000) AS TABLE
+CREATE OR REPLACE MACRO exposed_comm_by_kernel(right_after_ns := _exposure_right_after_ns()) AS TABLE
 SELECT * FROM _exposure_by_kernel_rows(right_after_ns := right_after_ns)
 ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 
@@ -269,7 +275,7 @@ ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 -- @column late_rank: For 'arrival_skew': the rank that arrived last most often (lowest on ties); else NULL.
 -- @column late_ranks_visible: False in a single-rank job: no other rank's start is seen, so waiting for other
 -- ranks cannot be told apart and is counted in the other causes (dependency_wait, unattributed, ...); true otherwise.
-CREATE OR REPLACE MACRO exposed_comm_causes(right_after_ns := 10000) AS TABLE
+CREATE OR REPLACE MACRO exposed_comm_causes(right_after_ns := _exposure_right_after_ns()) AS TABLE
 WITH a AS (SELECT * FROM _exposure_by_kernel_rows(right_after_ns := right_after_ns)),
 g AS (
   SELECT rank, step_ord, collective, cause, sum(exposed_ns) AS exposed_ns, count(*) AS kernels

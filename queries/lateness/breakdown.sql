@@ -98,7 +98,8 @@ WHERE end_ns > start_ns;
 -- NULL when collectives = 0.
 -- @column times_last: Instances where this rank arrived last (collective_skew.last_arriving_rank).
 -- @column times_first: Instances where this rank arrived first (first_arriving_rank).
-CREATE OR REPLACE MACRO rank_iteration_breakdown(epsilon_ns := 10000, marker := '', min_score := 0.9) AS TABLE
+CREATE OR REPLACE MACRO rank_iteration_breakdown(epsilon_ns := _lateness_epsilon_ns(), marker := '',
+    min_score := _lateness_min_score()) AS TABLE
 WITH it AS (
   SELECT rank, iteration, step_no, iteration_source, start_ns, end_ns
   FROM iterations(min_score := min_score, marker := marker)
@@ -176,7 +177,8 @@ ORDER BY it.rank, it.iteration;
 -- @column drift_ns_per_iteration: The rank's slope of iteration_ns per iteration over its non-outliers (ns); NULL
 -- with fewer than 3 iterations or fewer than 2 non-outliers.
 -- @column trend_note: Why the flags are NULL, else NULL.
-CREATE OR REPLACE MACRO iteration_trend(epsilon_ns := 10000, marker := '', min_score := 0.9) AS TABLE
+CREATE OR REPLACE MACRO iteration_trend(epsilon_ns := _lateness_epsilon_ns(), marker := '',
+    min_score := _lateness_min_score()) AS TABLE
 WITH b AS (
   SELECT rank, iteration_index, iteration_source, step_no, iteration_ns, comm_exposed_ns
   FROM rank_iteration_breakdown(epsilon_ns := epsilon_ns, marker := marker, min_score := min_score)

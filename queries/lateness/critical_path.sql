@@ -45,7 +45,8 @@
 -- @column host_bound_idle_ns: GPU idle with nothing launched (ns).
 -- @column queued_idle_ns: GPU idle although work was launched (ns).
 -- @column other_idle_ns: GPU idle with no kernel after it on the rank (ns).
-CREATE OR REPLACE MACRO critical_path_segments(epsilon_ns := 10000, marker := '', min_score := 0.9) AS TABLE
+CREATE OR REPLACE MACRO critical_path_segments(epsilon_ns := _lateness_epsilon_ns(), marker := '',
+    min_score := _lateness_min_score()) AS TABLE
 WITH RECURSIVE off AS MATERIALIZED (
   SELECT r.rank, coalesce(max(o.clock_offset_ns), 0) AS off FROM ranks r LEFT JOIN _skew_ops o USING (rank)
   GROUP BY r.rank
@@ -56,7 +57,7 @@ WITH RECURSIVE off AS MATERIALIZED (
   SELECT it.rank, it.k, max(k.end_ns) - any_value(off.off) AS end_ref
   FROM kernels k ASOF JOIN it ON it.rank = k.rank AND k.start_ns >= it.start_ns
   JOIN off ON off.rank = k.rank
-  WHERE k.start_ns < it.end_ns GROUP BY it.rank, it.k
+  WHERE it.end_ns > k.start_ns GROUP BY it.rank, it.k
 ), bound AS (SELECT k, arg_min(rank, (-end_ref, rank)) AS rank, max(end_ref) AS t0 FROM kend GROUP BY k
 ), inst AS (
   SELECT instance_key, last_start_ns, last_arriving_rank FROM _skew_comm_instances
@@ -130,7 +131,7 @@ ORDER BY iteration_index, segment;
 -- @column iteration_end_ns: Latest end of its kernels on any rank: the path's end (ns).
 -- @column iteration_ns: iteration_end_ns − iteration_start_ns (ns).
 -- @column bound_rank: The rank whose last kernel of the iteration ends last (where the path ends).
--- @column path_start_rank: The rank the path starts on (it reaches back to that rank's iteration start).
+-- @column origin_rank: The rank the path starts on (it reaches back to that rank's iteration start).
 -- @column path_ranks: The ranks along the path in time order (a rank may recur).
 -- @column hops: Jumps at collectives (segments − 1).
 -- @column path_start_ns: The path's start (ns).
@@ -146,7 +147,8 @@ ORDER BY iteration_index, segment;
 -- @column host_bound_idle_pct: 100 × host_bound_idle_ns / path_ns; NULL when path_ns = 0.
 -- @column waiting_pct: 100 × waiting_ns / path_ns; NULL when path_ns = 0.
 -- @column other_idle_pct: 100 × other_idle_ns / path_ns; NULL when path_ns = 0.
-CREATE OR REPLACE MACRO iteration_critical_path(epsilon_ns := 10000, marker := '', min_score := 0.9) AS TABLE
+CREATE OR REPLACE MACRO iteration_critical_path(epsilon_ns := _lateness_epsilon_ns(), marker := '',
+    min_score := _lateness_min_score()) AS TABLE
 WITH s AS (SELECT * FROM critical_path_segments(epsilon_ns := epsilon_ns, marker := marker, min_score := min_score)
 ), off AS (
   SELECT r.rank, coalesce(max(o.clock_offset_ns), 0) AS off FROM ranks r LEFT JOIN _skew_ops o USING (rank)
@@ -156,7 +158,7 @@ WITH s AS (SELECT * FROM critical_path_segments(epsilon_ns := epsilon_ns, marker
          string_agg(DISTINCT i.iteration_source, ',' ORDER BY i.iteration_source) AS src
   FROM iterations(min_score := min_score, marker := marker) i JOIN off USING (rank) GROUP BY i.iteration
 ), a AS (
-  SELECT iteration_index, arg_min(rank, segment) AS bound_rank, arg_max(rank, segment) AS path_start_rank,
+  SELECT iteration_index, arg_min(rank, segment) AS bound_rank, arg_max(rank, segment) AS origin_rank,
          list(rank ORDER BY segment DESC) AS path_ranks, count(*) - 1 AS hops, max(end_ns) AS end_ns,
          min(start_ns) AS path_start_ns, sum(segment_ns) AS path_ns, sum(gpu_compute_ns) AS compute_ns,
          sum(comm_transfer_ns) AS comm_transfer_ns, sum(host_bound_idle_ns) AS host_bound_idle_ns,
@@ -164,7 +166,7 @@ WITH s AS (SELECT * FROM critical_path_segments(epsilon_ns := epsilon_ns, marker
   FROM s GROUP BY iteration_index
 )
 SELECT a.iteration_index, its.src AS iteration_source, its.start_ref AS iteration_start_ns,
-       a.end_ns AS iteration_end_ns, a.end_ns - its.start_ref AS iteration_ns, a.bound_rank, a.path_start_rank,
+       a.end_ns AS iteration_end_ns, a.end_ns - its.start_ref AS iteration_ns, a.bound_rank, a.origin_rank,
        a.path_ranks, CAST(a.hops AS BIGINT) AS hops, a.path_start_ns, CAST(a.path_ns AS BIGINT) AS path_ns,
        CAST(a.compute_ns AS BIGINT) AS compute_ns, CAST(a.comm_transfer_ns AS BIGINT) AS comm_transfer_ns,
        CAST(a.host_bound_idle_ns AS BIGINT) AS host_bound_idle_ns, CAST(a.waiting_ns AS BIGINT) AS waiting_ns,

@@ -31,6 +31,16 @@
 -- Known limit: a sub-period that explains >= 99 % of the sequence (a model of 100 identical layers with nothing
 -- else in the loop) is taken for the iteration; markers avoid it.
 
+-- @macro _lateness_epsilon_ns
+-- Default of epsilon_ns (ns), the launch latency allowance of late_arrival_causes, late_rank_host_ops,
+-- rank_iteration_breakdown and iteration_trend: 10 µs.
+CREATE OR REPLACE MACRO _lateness_epsilon_ns() AS 10000;
+
+-- @macro _lateness_min_score
+-- Default of min_score, the share of the sequence a detected period must explain (iterations and the macros
+-- that forward it): 0.9.
+CREATE OR REPLACE MACRO _lateness_min_score() AS 0.9;
+
 -- @macro iterations
 -- Iteration boundaries per rank: from step markers, else detected from the repeating communication and GEMM kernel
 -- sequence, else the whole capture (algorithm in the description of queries/lateness/iterations.sql). Times are on
@@ -56,7 +66,7 @@
 -- @column stream_id: detected: the stream whose sequence was used; else NULL.
 -- @column rank_iterations: Iterations on this rank.
 -- @column ranks_agree: detected: every detected rank found the same number of iterations; NULL for other sources.
-CREATE OR REPLACE MACRO iterations(min_score := 0.9, marker := '', use_markers := true) AS TABLE
+CREATE OR REPLACE MACRO iterations(min_score := _lateness_min_score(), marker := '', use_markers := true) AS TABLE
 WITH um AS (  -- the user's marker ranges: outermost ones (not starting inside an earlier one on the rank)
   SELECT rank, name, start_ns, end_ns FROM cpu_ranges
   WHERE coalesce(marker, '') <> '' AND end_ns IS NOT NULL AND end_ns >= start_ns

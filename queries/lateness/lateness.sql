@@ -2,6 +2,7 @@
 -- @include exposure/causes.sql
 -- @include overlap/timeline.sql
 -- @include intervals/intervals.sql
+-- @include lateness/iterations.sql
 -- Why a rank arrives late at a collective (tests: tests/test_lateness.py, tier 2 synthetic jobs with one known cause
 -- each, tier 4 the bundled example recomputed from its JSON). docs/lateness.md says the same in words.
 -- Instances: the consistent collective instances seen on >= 2 ranks (_skew_comm_instances); L = last_arriving_rank,
@@ -163,7 +164,7 @@ LEFT JOIN _exposure_launches l ON l.rank = k.rank AND l.correlation_id = k.corre
 -- that order); NULL when lateness_ns = 0.
 -- @column primary_share_pct: 100 × that share / lateness_ns; NULL when lateness_ns = 0.
 -- @column late_launch_tid: Thread that launched L's collective kernel (late_rank_host_ops looks there), when known.
-CREATE OR REPLACE MACRO late_arrival_causes(epsilon_ns := 10000) AS TABLE
+CREATE OR REPLACE MACRO late_arrival_causes(epsilon_ns := _lateness_epsilon_ns()) AS TABLE
 WITH s AS (SELECT * FROM _lateness_segments(epsilon_ns)),
 j AS (
   SELECT i.instance_key, i.collective, i.pg_name, i.group_complete, i.first_start_ns, l.rank AS late_rank,
@@ -237,7 +238,7 @@ ORDER BY first_start_ns, instance_key;
 -- @column calls: Ops of that name and kind starting in the window.
 -- @column self_ns: Their self time inside the window, pro rata (ns, each op's share rounded down: ties and sums exact).
 -- @column op_order: 1 = the largest self time in the instance (ties: name).
-CREATE OR REPLACE MACRO late_rank_host_ops(epsilon_ns := 10000, top_n := 10) AS TABLE
+CREATE OR REPLACE MACRO late_rank_host_ops(epsilon_ns := _lateness_epsilon_ns(), top_n := 10) AS TABLE
 WITH off AS (
   SELECT r.rank, coalesce(max(o.clock_offset_ns), 0) AS off FROM ranks r LEFT JOIN _skew_ops o USING (rank)
   GROUP BY r.rank
