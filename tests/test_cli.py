@@ -508,13 +508,22 @@ def test_timeunit_converts_and_renames_ns_columns(db):
     rows = json.loads(r.stdout)
     assert not any(k.endswith("_ns") for k in rows[0]) and "span_ms" in rows[0]
     assert rows[0]["span_ms"] == plain[0]["span_ns"] / 1e6
-    assert rows[0]["span_start_ms"] == plain[0]["span_start_ns"] / 1e6  # absolute unless --relative
+    # a unit other than ns: timestamps count from the job start (an epoch in ms would be float noise)
+    assert rows[0]["span_start_ms"] == round((plain[0]["span_start_ns"] - start_ns(db)) / 1e6, 6)
+    assert "timestamps in ms from the job start" in r.stderr
+
+
+def start_ns(db) -> int:
+    """The job start, recomputed: the earliest start in the canonical tables."""
+    first = " UNION ALL ".join(f"SELECT min(start_ns) AS t FROM {t}" for t in ("kernels", "mem_ops", "api_calls",
+                                                                               "cpu_ranges"))
+    return json.loads(run("sql", db, f"SELECT min(t) AS t FROM ({first})", "-f", "json").stdout)[0]["t"]
 
 
 def test_relative_counts_timestamps_from_the_job_start(db):
     first = " UNION ALL ".join(f"SELECT min(start_ns) AS t FROM {t}" for t in ("kernels", "mem_ops", "api_calls",
                                                                                "cpu_ranges"))
-    start = json.loads(run("sql", db, f"SELECT min(t) AS t FROM ({first})", "-f", "json").stdout)[0]["t"]
+    start = start_ns(db)
     plain = json.loads(run("query", db, "overlap_by_rank", "-f", "json").stdout)
     r = run("query", db, "overlap_by_rank", "-f", "json", "--relative")
     assert r.exit_code == 0, r.output
