@@ -229,18 +229,23 @@ class Job:
         return f"Job({self.path or ':memory:'!r})"
 
     # -- asking -------------------------------------------------------------------------------------------------
-    def set_peaks(self, *, link_gbps: float | None = None, nic_gbps: float | None = None) -> Job:
+    def set_peaks(self, *, link_gbps: float | None = None, nic_gbps: float | None = None,
+                  peak_tflops: float | None = None) -> Job:
         """Physical peaks for this session's bandwidth checks (``--link-gbps``, ``--nic-gbps``): ``link_gbps`` is a
         GPU's link bandwidth per direction (GB/s, replaces the device table, docs/device-peaks.md), ``nic_gbps`` a
         host's network bandwidth per direction (GB/s). None clears one. They are DuckDB variables of this
         connection (``nsys2comm_link_gbps`` / ``nsys2comm_nic_gbps``), read by collective_bandwidth and
-        comm_group_links only: no stored sweep reads them."""
-        for var, value in (("nsys2comm_link_gbps", link_gbps), ("nsys2comm_nic_gbps", nic_gbps)):
+        comm_group_links only: no stored sweep reads them. ``peak_tflops`` (``--peak-tflops``,
+        ``nsys2comm_peak_tflops``) is a GPU's dense compute peak in TFLOP/s for every math type, replacing the GEMM
+        peak table (docs/gemm-peaks.md) in gemm_device_peaks and the GEMM efficiency objects."""
+        for var, value in (("nsys2comm_link_gbps", link_gbps), ("nsys2comm_nic_gbps", nic_gbps),
+                           ("nsys2comm_peak_tflops", peak_tflops)):
             if value is None:
                 self.con.execute(f"RESET VARIABLE {var}")
             elif not float(value) > 0:
+                unit = "TFLOP/s" if var.endswith("tflops") else "GB/s"
                 raise UsageError(f"{var.removeprefix('nsys2comm_').replace('_', '-')} must be a positive number of "
-                                 f"GB/s, not {value!r}")
+                                 f"{unit}, not {value!r}")
             else:
                 self.con.execute(f"SET VARIABLE {var} = ?::DOUBLE", [float(value)])
         return self
@@ -316,10 +321,13 @@ class Job:
 
     def report(self, out_path: str | Path, *, png_dir: str | Path | None = None,
                svg_dir: str | Path | None = None, baseline: Job | None = None,
-               model: str | Path | dict | None = None, layout: str | dict | None = None) -> Path:
+               model: str | Path | dict | None = None, layout: str | dict | None = None,
+               step: int | None = None) -> Path:
         """Write the self-contained HTML report (and PNG/SVG copies of the charts when asked). With ``baseline``
         (the job of an earlier run) the report adds a "What changed" section: :meth:`diff` of baseline → this job.
-        ``model`` and ``layout`` (as for :meth:`summary`) feed the "Parallel layout and expected volume" section."""
+        ``model`` and ``layout`` (as for :meth:`summary`) feed the "Parallel layout and expected volume" section.
+        ``step``: the timeline's step (the N of a step marker, or a detected iteration's index from ``iterations``;
+        default the median-length one); a step the trace does not have is a UsageError."""
         from .model import session_inputs, volume_params
         from .report import build_report
 
@@ -327,7 +335,7 @@ class Job:
         out = Path(out_path)
         changes = baseline.diff(self) if baseline is not None else None
         with session_inputs(self.con, volume):  # the report's parallel_layout / volume_check read them
-            build_report(self.con, out, png_dir=png_dir, svg_dir=svg_dir, changes=changes)
+            build_report(self.con, out, png_dir=png_dir, svg_dir=svg_dir, changes=changes, step=step)
         return out
 
     # -- comparing runs -----------------------------------------------------------------------------------------

@@ -171,6 +171,10 @@ LinkGbpsOpt = Annotated[float | None, typer.Option(
     "--link-gbps", metavar="GBPS", show_default=False,
     help="Physical peak of a GPU's links per direction, GB/s (e.g. 450 for NVLink4): replaces the device table "
          "(docs/device-peaks.md) in the bandwidth checks of groups on one host.")]
+PeakTflopsOpt = Annotated[float | None, typer.Option(
+    "--peak-tflops", metavar="TFLOPS", show_default=False,
+    help="Dense compute peak of one GPU, TFLOP/s, for every dtype (e.g. 989 for an H100 SXM in bf16): replaces "
+         "the GEMM peak table (docs/gemm-peaks.md) in the GEMM efficiency and MFU figures.")]
 NicGbpsOpt = Annotated[float | None, typer.Option(
     "--nic-gbps", metavar="GBPS", show_default=False,
     help="Network bandwidth of one host per direction, all its NICs, GB/s (e.g. 400 for 8 x 400 Gb/s): the peak "
@@ -477,6 +481,7 @@ def summary(
     layout: LayoutOpt = None,
     link_gbps: LinkGbpsOpt = None,
     nic_gbps: NicGbpsOpt = None,
+    peak_tflops: PeakTflopsOpt = None,
     scheduler: SchedulerOpt = None,
     dask_local: DaskLocalOpt = None,
     keep_going: KeepGoingOpt = False,
@@ -509,7 +514,7 @@ def summary(
         volume_params(model, layout)  # usage errors before any work
         try:
             job = _open(sources, scheduler=scheduler, dask_local=dask_local, keep_going=keep_going)
-            job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
+            job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps, peak_tflops=peak_tflops)
         except InputError as e:
             if json_:  # scripts get a valid document either way (never an empty file); the error still exits 1
                 doc = empty_summary(e.line())
@@ -689,6 +694,7 @@ def report(
              "step.")] = None,
     link_gbps: LinkGbpsOpt = None,
     nic_gbps: NicGbpsOpt = None,
+    peak_tflops: PeakTflopsOpt = None,
     scheduler: SchedulerOpt = None,
     dask_local: DaskLocalOpt = None,
     keep_going: KeepGoingOpt = False,
@@ -709,7 +715,7 @@ def report(
         base_job = _open([baseline], keep_going=keep_going) if baseline is not None else None
         try:
             job = _open(sources, scheduler=scheduler, dask_local=dask_local, keep_going=keep_going)
-            job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
+            job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps, peak_tflops=peak_tflops)
             path = job.report(output, png_dir=png_dir, svg_dir=svg_dir, baseline=base_job, model=model,
                               layout=layout, step=step)
             job.close()
@@ -739,6 +745,7 @@ def query(
     relative: RelativeOpt = False,
     link_gbps: LinkGbpsOpt = None,
     nic_gbps: NicGbpsOpt = None,
+    peak_tflops: PeakTflopsOpt = None,
     scheduler: SchedulerOpt = None,
     dask_local: DaskLocalOpt = None,
     keep_going: KeepGoingOpt = False,
@@ -759,7 +766,7 @@ def query(
         wanted = out_.parse_columns(columns)
         _check_query(name, params)
         job = _open(sources, scheduler=scheduler, dask_local=dask_local, keep_going=keep_going)
-        job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
+        job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps, peak_tflops=peak_tflops)
         df = job.query(name, **params)
         obj = catalog.find(name)
         _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative, columns=wanted,
@@ -814,6 +821,7 @@ def sql(
     lock_timeout: LockOpt = 60.0,
     link_gbps: LinkGbpsOpt = None,
     nic_gbps: NicGbpsOpt = None,
+    peak_tflops: PeakTflopsOpt = None,
     keep_going: KeepGoingOpt = False,
 ) -> None:
     """Run SQL on a job database; prints the rows of the last statement. Read-only unless --write.
@@ -833,7 +841,7 @@ def sql(
                 raise UsageError("no SQL given", hint='pass it as an argument, or "-" to read it from stdin')
             text = sys.stdin.read()
         job = _open([source], write=write, lock_timeout=lock_timeout, keep_going=keep_going)
-        job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps)
+        job.set_peaks(link_gbps=link_gbps, nic_gbps=nic_gbps, peak_tflops=peak_tflops)
         try:
             df = job.sql(text, write=write)
         except InputError as e:
