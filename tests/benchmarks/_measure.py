@@ -105,6 +105,20 @@ def ingest(db: str, paths: list[str], jobs: int) -> dict:
     return {"seconds": secs, "rows": counts, "failed": bad}
 
 
+def cli_ingest(path: str, db: str) -> dict:
+    """The whole CLI command as a user runs it, ``nsys2comm ingest FILE --db X`` in a fresh process: interpreter
+    start-up, imports, the catalog and the ingest all count (timed from the spawn to the exit)."""
+    import subprocess
+
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "nsys2comm", "ingest", path, "--db", db],
+                          capture_output=True, text=True)
+    secs = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise RuntimeError(f"nsys2comm ingest failed:\n{proc.stderr[-2000:]}")
+    return {"seconds": secs}
+
+
 def sqlite_scan(path: str) -> dict:
     """Baseline: a plain sqlite3 scan of the rows the nsys importer reads (kernels, runtime, NVTX)."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

@@ -24,26 +24,78 @@ import orjson
 _ID_KEYS = ("correlation", "External id", "external id")
 
 
+_LOADED: dict[Path, dict] = {}  # the last source read: its tiles (kineto, compact, ...) parse it once
+
+
 def _load(src: Path) -> dict:
-    opener = gzip.open if src.read_bytes()[:2] == b"\x1f\x8b" else open
-    with opener(src, "rb") as f:
-        return orjson.loads(f.read())
+    """A shallow copy of the parsed source (tiling replaces events, it never changes one)."""
+    if src not in _LOADED:
+        opener = gzip.open if src.read_bytes()[:2] == b"\x1f\x8b" else open
+        with opener(src, "rb") as f:
+            _LOADED.clear()
+            _LOADED[src] = orjson.loads(f.read())
+    return dict(_LOADED[src])
+
+
+# The line groups of Kineto's writer (libkineto/src/output_json.cpp, ChromeTraceLogger): a complete event's
+# ph/cat/name/pid/tid on one line, ts/dur on the next (handleActivity); a flow's ph/id/pid/tid/ts, then cat/name/bp
+# (handleLink); metadata and instants on one line (handleDeviceInfo, addIterationMarker). Then the "args" block:
+# ``"args": {`` on its own line, the values 6 spaces in, ``}`` 4 spaces in.
+_LINES = {"X": (("ph", "cat", "name", "pid", "tid"), ("ts", "dur")),
+          "s": (("ph", "id", "pid", "tid", "ts"), ("cat", "name", "bp")),
+          "f": (("ph", "id", "pid", "tid", "ts"), ("cat", "name", "bp")),
+          "t": (("ph", "id", "pid", "tid", "ts"), ("cat", "name", "bp"))}
+_ARGS_PER_LINE = 3  # CUPTI kernels' metadata (CuptiActivity.cpp metadataJson) puts 1-3 keys on a line
+
+
+def _num(v) -> bytes:
+    """A ts or dur as Kineto prints it: ``{}.{:03}`` (µs with 3 digits of ns) for a fraction, an integer as is."""
+    if type(v) is float and v == v and abs(v) < 1e15:
+        return b"%.3f" % v
+    return orjson.dumps(v)
+
+
+def _pairs(e: dict, keys) -> bytes:
+    return b", ".join(orjson.dumps(k) + b": " + (_num(e[k]) if k in ("ts", "dur") else orjson.dumps(e[k]))
+                      for k in keys)
 
 
 def _kineto_event(e: dict) -> bytes:
-    head = {k: v for k, v in e.items() if k != "args"}
-    out = b"  {\n    " + orjson.dumps(head)[1:-1].replace(b',"', b', "').replace(b'":', b'": ')
+    """One event as Kineto's writer lays it out (see _LINES): 2-space indent for the braces, 4 for the key lines, the
+    args 6 spaces in with "External id" on a line of its own and the others a few to a line."""
+    lines = _LINES.get(e.get("ph"), ())
+    placed = {k for line in lines for k in line}
+    rest = [k for k in e if k != "args" and k not in placed]
+    groups = [[k for k in line if k in e] for line in lines]
+    if groups:
+        groups[-1] += rest
+    else:
+        groups = [rest]
+    out = b"  {\n" + b",\n".join(b"    " + _pairs(e, g) for g in groups if g)
     args = e.get("args")
-    if isinstance(args, dict):
-        out += b',\n    "args": {\n' + b",\n".join(
-            b"      " + orjson.dumps(k) + b": " + orjson.dumps(v) for k, v in args.items()) + b"\n    }"
+    if isinstance(args, dict) and args:
+        keys = list(args)
+        first = [k for k in keys if k == "External id"]
+        others = [k for k in keys if k != "External id"]
+        arg_lines = [first] if first else []
+        arg_lines += [others[i:i + _ARGS_PER_LINE] for i in range(0, len(others), _ARGS_PER_LINE)]
+        out += b',\n    "args": {\n' + b",\n".join(b"      " + _pairs(args, g) for g in arg_lines) + b"\n    }"
     return out + b"\n  }"
 
 
 def tile(src: Path, out: Path, mb: float, style: str = "kineto") -> int:
     """Write ``out`` of about ``mb`` MB from ``src``'s events; returns the number of copies."""
+    return tile_counted(src, out, mb, style)[0]
+
+
+def tile_counted(src: Path, out: Path, mb: float, style: str = "kineto", sample: int | None = None) -> tuple[int, int]:
+    """:func:`tile`, returning (copies, events written): whole copies of the source's events (about ``sample`` of
+    them, evenly spaced, where given: a small tile of a large source with every kind of event), so every row count
+    of the tile is the copies times the count of one copy."""
     doc = _load(src)
     events = doc.pop("traceEvents")
+    if sample:
+        events = events[::max(1, len(events) // sample) | 1]  # odd: writers interleave kinds in even patterns
     timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
     t0 = min(e["ts"] for e in timed)
     span = max(e["ts"] + (e.get("dur") or 0) for e in timed) - t0 + 1000
@@ -59,7 +111,7 @@ def tile(src: Path, out: Path, mb: float, style: str = "kineto") -> int:
     with open(out, "wb") as f:
         f.write(header)
         first = True
-        while written < target:
+        while written < target or not k:  # one copy at least
             chunk = []
             for e in events:
                 if k and isinstance(e.get("ts"), (int, float)):
@@ -77,7 +129,7 @@ def tile(src: Path, out: Path, mb: float, style: str = "kineto") -> int:
             written += len(data)
             k += 1
         f.write(b"\n]}\n")
-    return k
+    return k, k * len(events)
 
 
 _INT_TS = re.compile(rb'("ts": ?)(\d{16,})(?=[,}\s])')
