@@ -471,6 +471,69 @@ def gemm_contention_chart(df: pl.DataFrame) -> alt.Chart:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Why ranks arrive late (late_arrival_causes)
+
+# the four parts of a rank's segment since its previous collective of the group, in the order they stack
+LATENESS_PARTS: dict[str, tuple[str, str]] = {
+    "host_bound": ("GPU idle, nothing launched (host-bound)", "#F58518"),
+    "queued_idle": ("GPU idle, work launched but waiting (queued)", "#9467BD"),
+    "gpu_compute": ("GPU compute", CLASS_COLORS["compute"]),
+    "earlier_comm": ("other communication", CLASS_COLORS["communication"]),
+}
+MAX_LATE_INSTANCES = 30  # instances drawn: the latest arrivals, shown in time order
+
+
+@consumes(late_arrival_causes=("instance_key", "collective", "first_start_ns", "late_rank", "early_rank",
+                               "lateness_ns", "late_segment_from", "late_gpu_compute_ns", "late_host_bound_ns",
+                               "late_queued_idle_ns", "late_earlier_comm_ns", "early_gpu_compute_ns",
+                               "early_host_bound_ns", "early_queued_idle_ns", "early_earlier_comm_ns",
+                               "primary_cause", "primary_share_pct"))
+def late_arrival_chart(df: pl.DataFrame) -> alt.Chart:
+    """Per instance where a rank arrives late (the MAX_LATE_INSTANCES latest, in time order): two stacked bars, the
+    late rank's segment since its previous collective of the group and the earliest rank's, split into host-bound
+    idle, queued idle, GPU compute and other communication (ms); lateness and primary cause in the tooltip."""
+    late = (df.filter(pl.col("lateness_ns") > 0)
+            .sort(["lateness_ns", "first_start_ns", "instance_key"], descending=[True, False, False])
+            .head(MAX_LATE_INSTANCES).sort("first_start_ns", "instance_key"))
+    groups = late["instance_key"].str.replace(r"#[^#]*$", "").n_unique() > 1
+    late = late.with_columns(pl.struct("instance_key", "collective").map_elements(
+        lambda r: _instance_label(r["instance_key"], r["collective"], groups), return_dtype=pl.Utf8)
+        .alias("instance"))
+    rows = []
+    for r in late.iter_rows(named=True):
+        for role, who in (("late", f"late: rank {r['late_rank']}"), ("early", f"earliest: rank {r['early_rank']}")):
+            for i, (part, (label, _)) in enumerate(LATENESS_PARTS.items()):
+                ns = r[f"{role}_{part}_ns"]
+                rows.append({"instance": r["instance"], "role": who, "who": role, "part": label, "order": i,
+                             "time_ms": None if ns is None else ns / NS_PER_UNIT["ms"],
+                             "lateness_ms": r["lateness_ns"] / NS_PER_UNIT["ms"],
+                             "cause": (r["primary_cause"] or "").replace("_", " "),
+                             "cause_pct": r["primary_share_pct"]})
+    d = pl.DataFrame(rows, schema={"instance": pl.Utf8, "role": pl.Utf8, "who": pl.Utf8, "part": pl.Utf8,
+                                   "order": pl.Int64, "time_ms": pl.Float64, "lateness_ms": pl.Float64,
+                                   "cause": pl.Utf8, "cause_pct": pl.Float64}).filter(pl.col("time_ms") > 0)
+    order = late["instance"].to_list()
+    labels = [v[0] for v in LATENESS_PARTS.values()]
+    return alt.Chart(d, title=_title("Why ranks arrive late: the late rank's segment against the earliest rank's",
+                                     "Each pair: time since the rank's previous collective of the group, by what its "
+                                     "GPU did (top bar: the last-arriving rank)")).mark_bar().encode(
+        y=alt.Y("instance:N", title="collective instance (time order)", sort=order,
+                axis=alt.Axis(labelLimit=220)),
+        yOffset=alt.YOffset("who:N", sort=["late", "early"]),
+        x=alt.X("time_ms:Q", title="segment time (ms)", stack="zero"),
+        color=alt.Color("part:N", title="the rank's GPU", sort=labels,
+                        scale=alt.Scale(domain=labels, range=[v[1] for v in LATENESS_PARTS.values()]),
+                        legend=alt.Legend(labelLimit=320)),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("instance:N"), alt.Tooltip("role:N", title="rank"), alt.Tooltip("part:N"),
+                 alt.Tooltip("time_ms:Q", title="time (ms)", format=",.3f"),
+                 alt.Tooltip("lateness_ms:Q", title="lateness (ms)", format=",.3f"),
+                 alt.Tooltip("cause:N", title="primary cause"),
+                 alt.Tooltip("cause_pct:Q", title="primary cause's share of lateness (%)", format=".0f")],
+    ).properties(width=WIDTH - 260, height=max(60, min(30 * len(order), 900)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Step timeline
 
 TIMELINE_CLASSES = ["communication", "gemm", "convolution", "attention", "compute", "memory"]

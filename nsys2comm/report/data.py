@@ -53,6 +53,9 @@ class Fetched:
 
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    # what holds for the whole job (no communication, no message sizes, one rank): (diagnostics code, sentence),
+    # said once in the report's banner; the sections then give their own one-line reason
+    banner: list[tuple[str, str]] = field(default_factory=list)
 
     def get(self, name: str) -> pl.DataFrame | None:
         df = self.frames.get(name)
@@ -63,8 +66,10 @@ class Fetched:
         self.errors.setdefault(name, f"not available: {why}")
 
 
-def fetch(con, queries: list[Query]) -> Fetched:
-    """Run the queries once each (shared sweeps snapshotted for the batch); failures are recorded, not raised."""
+def fetch(con, queries: list[Query], more: Callable[[Fetched], list[Query]] | None = None) -> Fetched:
+    """Run the queries once each (shared sweeps snapshotted for the batch); failures are recorded, not raised.
+    ``more(fetched)``, given the results so far, names further queries for the same batch (the timeline's step,
+    chosen from the iterations)."""
     out = Fetched()
     try:
         materialize(con)
@@ -72,10 +77,16 @@ def fetch(con, queries: list[Query]) -> Fetched:
         unmaterialize(con)
     try:
         for q in queries:
-            try:
-                out.frames[q.name] = run_query(con, q.name, q.params)
-            except Exception as e:  # noqa: BLE001 - one failing analysis must not sink the report
-                out.errors[q.name] = f"analysis '{q.name}' failed: {str(e).strip()[:600] or type(e).__name__}"
+            _run(con, q, out)
+        for q in more(out) if more is not None else []:
+            _run(con, q, out)
     finally:
         unmaterialize(con)
     return out
+
+
+def _run(con, q: Query, out: Fetched) -> None:
+    try:
+        out.frames[q.name] = run_query(con, q.name, q.params)
+    except Exception as e:  # noqa: BLE001 - one failing analysis must not sink the report
+        out.errors[q.name] = f"analysis '{q.name}' failed: {str(e).strip()[:600] or type(e).__name__}"

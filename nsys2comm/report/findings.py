@@ -299,6 +299,70 @@ def contention_findings(df: pl.DataFrame) -> list[Finding]:
                     "warning" if v >= 10 else "info")]
 
 
+LATE_CAUSE_WORDS = {  # primary_cause -> (the late rank's part, what its GPU was doing in the gap)
+    "host": ("host_bound", "idle with nothing launched (waiting for its host to launch work)"),
+    "queued": ("queued_idle", "idle although work was launched (queued behind another stream, an event or a copy)"),
+    "gpu_compute": ("gpu_compute", "running computation"),
+    "earlier_comm": ("earlier_comm", "busy in other communication"),
+}
+TOP_HOST_OPS = 3  # host ops named in a lateness finding
+
+
+@consumes(late_arrival_causes=("collective", "late_rank", "lateness_ns", "late_segment_ns", "late_gpu_compute_ns",
+                               "late_host_bound_ns", "late_queued_idle_ns", "late_earlier_comm_ns", "host_share_ns",
+                               "gpu_compute_share_ns", "queued_share_ns", "earlier_comm_share_ns", "carried_ns",
+                               "primary_cause"),
+          late_rank_host_ops=("late_rank", "op_name", "self_ns"),
+          rank_wait=("rank", "is_straggler"))
+def lateness_findings(causes: pl.DataFrame, host_ops: pl.DataFrame | None = None,
+                      wait: pl.DataFrame | None = None) -> list[Finding]:
+    """The rank that arrives last most often (late_arrival_causes, lateness > 0): at how many of the instances, the
+    median lateness, the most frequent primary cause and what its GPU did in those gaps (the cause's part as a share
+    of its segments), the host ops with the most self time when the cause is the host (late_rank_host_ops). A
+    straggler is named only where rank_wait.is_straggler says so."""
+    late = causes.filter(pl.col("lateness_ns") > 0)
+    if not late.height:
+        return []
+    per = (late.group_by("late_rank").agg(pl.len().alias("n"), pl.col("lateness_ns").sum().alias("t"))
+           .sort(["n", "t", "late_rank"], descending=[True, True, False]))
+    rank = per["late_rank"][0]
+    mine = late.filter(pl.col("late_rank") == rank)
+    colls = mine["collective"].unique().sort().to_list()
+    coll = colls[0] if len(colls) == 1 else None
+    total = causes.filter(pl.col("collective") == coll).height if coll else causes.height
+    what = f"{coll} instances" if coll else "collective instances"
+    text = (f"Rank {rank} arrives last at {mine.height} of {total} {what}, a median "
+            f"{duration(mine['lateness_ns'].median())} after the earliest rank")
+    causes_n = (mine.filter(pl.col("primary_cause").is_not_null()).group_by("primary_cause").agg(pl.len().alias("n"))
+                .sort(["n", "primary_cause"], descending=[True, False]))
+    top = causes_n["primary_cause"][0] if causes_n.height else None
+    if top in LATE_CAUSE_WORDS:
+        part, words = LATE_CAUSE_WORDS[top]
+        seg = _sum(mine.filter(pl.col("primary_cause") == top), "late_segment_ns")
+        spent = _sum(mine.filter(pl.col("primary_cause") == top), f"late_{part}_ns")
+        n_top = causes_n["n"][0]
+        where = "" if n_top == mine.height else f" (the primary cause at {n_top} of them)"
+        text += f": its GPU is {words} {pct(100 * spent / seg)} of the gap since its previous collective{where}" \
+            if seg > 0 else f": primary cause {top.replace('_', ' ')}{where}"
+        share = 100 * _sum(mine, f"{top}_share_ns") / _sum(mine, "lateness_ns")
+        if share >= 100:  # shares may be negative where the earliest rank spent longer in another part
+            text += "; that accounts for all of its lateness"
+        elif share > 0:
+            text += f"; that accounts for {pct(share)} of its lateness"
+    elif top == "carried":
+        text += ": mostly lateness carried from its previous collective (its ranks left it at different times)"
+    if top == "host" and host_ops is not None and host_ops.height:
+        ops = (host_ops.filter(pl.col("late_rank") == rank).group_by("op_name").agg(pl.col("self_ns").sum())
+               .sort(["self_ns", "op_name"], descending=[True, False]).head(TOP_HOST_OPS))
+        if ops.height:
+            text += "; top host ops by self time: " + ", ".join(
+                f"{n} ({duration(t)})" for n, t in ops.select("op_name", "self_ns").iter_rows())
+    straggler = wait is not None and wait.filter((pl.col("rank") == rank) & pl.col("is_straggler")).height > 0
+    if straggler:
+        text += f". Rank {rank} is a consistent straggler (rank_wait)"
+    return [Finding(text + ".", "sec-lateness", "warning" if straggler or 2 * mine.height >= total else "info")]
+
+
 # finding function, the catalog objects it takes (in order), the section it belongs to
 FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
     (overlap_findings, ("overlap_by_rank",), "sec-overlap"),
@@ -310,8 +374,13 @@ FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
     (bandwidth_findings, ("collective_bandwidth",), "sec-busbw"),
     (straggler_findings, ("rank_wait",), "sec-skew"),
     (start_skew_findings, ("collective_skew",), "sec-skew"),
+    (lateness_findings, ("late_arrival_causes", "late_rank_host_ops", "rank_wait"), "sec-lateness"),
     (volume_findings, ("volume_check",), "sec-volume"),
 ]
+
+
+# inputs a finding can do without (passed as None when missing)
+OPTIONAL_INPUTS: dict[Callable, set[str]] = {lateness_findings: {"late_rank_host_ops", "rank_wait"}}
 
 
 def all_findings(frames: dict[str, pl.DataFrame | None]) -> list[Finding]:
@@ -319,7 +388,9 @@ def all_findings(frames: dict[str, pl.DataFrame | None]) -> list[Finding]:
     out: list[Finding] = []
     for fn, inputs, anchor in FINDINGS:
         args = [frames.get(name) for name in inputs]
-        if any(a is None or not a.height for a in args):
+        args = [a if a is not None and a.height else None for a in args]
+        optional = OPTIONAL_INPUTS.get(fn, set())
+        if any(a is None and name not in optional for name, a in zip(inputs, args, strict=True)):
             continue
         try:
             out.extend(fn(*args))

@@ -40,6 +40,7 @@ from .sections import (
     SECTIONS,
     ChartSpec,
     TableSpec,
+    choose_step,
 )
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
@@ -146,13 +147,32 @@ def mark_not_available(fetched: Fetched) -> None:
 
 
 def _reason(fetched: Fetched, names: tuple[str, ...], hint: str | None, diag: list[str]) -> str:
-    """Why a block has no data: the analysis error if one failed, else the matching diagnostics."""
-    errs = list(dict.fromkeys(fetched.errors[k] for k in names if k in fetched.errors))
-    words = hint.split("|") if hint else []
-    notes = list(dict.fromkeys(d for d in diag if any(w in d.lower() for w in words)))
+    """Why a block has no data, in one line: its own reason (the analysis error, or why its numbers cannot be
+    computed), else the first matching diagnostic; never the whole diagnostics list (the banner says what holds for
+    the whole job)."""
+    errs = list(dict.fromkeys(fetched.errors[k].removeprefix("not available: ") for k in names
+                              if k in fetched.errors))
     if errs:
-        return "; ".join(errs) + (f" (see also: {'; '.join(notes)})" if notes else "")
-    return "; ".join(notes) or "the trace has no rows for this analysis"
+        return "; ".join(errs)
+    words = hint.split("|") if hint else []
+    notes = [d for d in diag if any(w in d.lower() for w in words)]
+    return notes[0] if notes else "the trace has no rows for this analysis"
+
+
+def _drew_nothing(spec: dict) -> bool:
+    """True when a Vega-Lite spec has no data row to draw (an empty frame: axes without marks)."""
+    def values(node) -> list[list]:
+        if isinstance(node, dict):
+            out = [node["data"]["values"]] if isinstance(node.get("data"), dict) and "values" in node["data"] else []
+            if isinstance(node.get("datasets"), dict):
+                out += list(node["datasets"].values())
+            for key in ("layer", "hconcat", "vconcat", "concat"):
+                for child in node.get(key, []):
+                    out += values(child)
+            return out
+        return []
+    found = values(spec)
+    return bool(found) and not any(found)
 
 
 def _chart_block(fetched: Fetched, spec: ChartSpec, diag: list[str]) -> ChartBlock:
@@ -160,7 +180,10 @@ def _chart_block(fetched: Fetched, spec: ChartSpec, diag: list[str]) -> ChartBlo
     if frames[0] is None:
         return ChartBlock(spec.id, None, spec.caption, _reason(fetched, spec.inputs, spec.hint, diag))
     try:
-        return ChartBlock(spec.id, spec.draw(*frames), spec.caption)
+        block = ChartBlock(spec.id, spec.draw(*frames), spec.caption)
+        if _drew_nothing(block.spec()):
+            return ChartBlock(spec.id, None, spec.caption, "no row of the analysis has data this chart can draw")
+        return block
     except Exception as e:  # noqa: BLE001 - a chart that cannot be drawn says so, the report stands
         why = f"could not draw this chart ({type(e).__name__}: {str(e)[:200]})"
         return ChartBlock(spec.id, None, spec.caption, why)
@@ -168,8 +191,10 @@ def _chart_block(fetched: Fetched, spec: ChartSpec, diag: list[str]) -> ChartBlo
 
 def _table_html(fetched: Fetched, spec: TableSpec, diag: list[str]) -> str:
     df = fetched.get(spec.source)
-    if df is None:
-        return fill("missing", text=f"No data: {_reason(fetched, (spec.source,), spec.hint, diag)}")
+    if df is not None and spec.prepare is not None:
+        df = spec.prepare(df)
+    if df is None or not df.height:
+        return fill("not_available", why=_reason(fetched, (spec.source,), spec.hint, diag))
     if spec.max_rows is not None and df.height > spec.max_rows:
         more = df.height - spec.max_rows
         return table(df.head(spec.max_rows), spec.columns, spec.cls) + fill(
@@ -177,17 +202,66 @@ def _table_html(fetched: Fetched, spec: TableSpec, diag: list[str]) -> str:
     return table(df, spec.columns, spec.cls)
 
 
-def collect(con) -> tuple[Fetched, list[Section], list[Finding], list[tuple[str, str]]]:
-    """Run the catalog queries and lay out the sections (no HTML yet): reusable for other front ends."""
-    fetched = fetch(con, QUERIES)
+declare(f"{__name__}.job_banner", msg_size_histogram=("bucket_lo_bytes",), report_files=("source",))
+
+# what would add what the banner says is missing
+_ADD_COMM = ("trace a run in which the ranks communicate, with GPU kernels traced (PyTorch profiler with CUDA "
+             "activities, or nsys profile --trace=cuda,nvtx)")
+_ADD_RANKS = "ingest every rank's trace of the run together (a directory, a quoted glob or several files)"
+_ADD_SIZES = {"kineto": "profile with record_shapes=True, or with PyTorch >= 2.2 (collective arguments on kernels)",
+              "nsys": "re-export with nsys export --type sqlite --include-blobs=true (NCCL >= 2.16 NVTX payloads)"}
+
+
+def job_banner(fetched: Fetched) -> list[tuple[str, str]]:
+    """What holds for the whole job, once, with what would add it: no communication kernels, communication without
+    any message size, a single rank. (diagnostics code, sentence) pairs; the banner shows them together."""
+    ov = fetched.get("run_overview")
+    if ov is None:
+        return []
+    out = []
+    if FACTS["comm"](ov):
+        out.append(("no_comm_kernels", "The job has no communication kernels (NCCL, RCCL, ...): the sections about "
+                    f"communication, message sizes, bandwidth, latency, skew and late arrivals are not available. To "
+                    f"add them, {_ADD_COMM}."))
+    else:
+        hist = fetched.get("msg_size_histogram")
+        if hist is not None and hist["bucket_lo_bytes"].null_count() == hist.height:
+            files = fetched.get("report_files")
+            sources = sorted(set(files["source"].to_list())) if files is not None else []
+            how = "; ".join(f"{src}: {_ADD_SIZES[src]}" for src in sources if src in _ADD_SIZES) or _ADD_SIZES["kineto"]
+            out.append(("no_msg_sizes", "No communication operation has a known message size: message sizes, "
+                        f"bandwidth and the α-β latency fit are not available. To add them ({how})."))
+    if FACTS["two_ranks"](ov):
+        out.append(("single_rank", f"Only {ov.height} rank{'s' if ov.height != 1 else ''} in the job: cross-rank skew, "
+                    f"stragglers and late arrivals are not available. To add them, {_ADD_RANKS}."))
+    return out
+
+
+def collect(con, step: int | None = None) -> tuple[Fetched, list[Section], list[Finding], list[tuple[str, str]]]:
+    """Run the catalog queries and lay out the sections (no HTML yet): reusable for other front ends. ``step``:
+    the timeline's step (a step marker's number, or a detected iteration's index; default the median-length one)."""
+    heading: list[tuple[str, str]] = []
+
+    def timeline(got: Fetched) -> list:
+        query, title, said = choose_step(got.get("iterations"), step)
+        heading.append((title, said))
+        return [query]
+
+    fetched = fetch(con, [q for q in QUERIES if q.name != "step_timeline"], timeline)
+    fetched.banner = job_banner(fetched)
     mark_not_available(fetched)
     diag = diagnostics(fetched)
     text = [m for _, m in diag]
     sections = []
     for s in SECTIONS:
         charts = [_chart_block(fetched, b, text) for b in s.blocks if isinstance(b, ChartSpec)]
-        tables = "".join(_table_html(fetched, b, text) for b in s.blocks if isinstance(b, TableSpec))
-        sections.append(Section(s.id, s.title, s.intro, charts, tables))
+        said = {fill("not_available", why=b.missing) for b in charts if b.chart is None}
+        tables = list(dict.fromkeys(t for b in s.blocks if isinstance(b, TableSpec)
+                                    if (t := _table_html(fetched, b, text)) not in said))
+        title, intro = s.title, s.intro
+        if s.id == "sec-timeline" and heading:
+            title, intro = heading[0][0], f"{heading[0][1]} {s.intro}"
+        sections.append(Section(s.id, title, intro, charts, "".join(tables)))
     findings = all_findings({q.name: fetched.get(q.name) for q in QUERIES})
     return fetched, sections, findings, diag
 
@@ -217,6 +291,12 @@ def _change_text(metric: str, v: float | None, signed: bool = False) -> str:
     return f"{sign}{a:,.6g}"
 
 
+def _metric_label(metric: str) -> str:
+    """A diff metric for people: its unit suffix left out (the values carry their unit), words apart:
+    'exposed_comm_ns_per_step' -> 'exposed comm per step'."""
+    return re.sub(r"_(ns|us|bytes|pct|gbps)(?=_per_|$)", "", metric).replace("_", " ")
+
+
 def changes_frames(changes: pl.DataFrame) -> Fetched:
     """The inputs of CHANGES_SECTION: per-rank and per-collective rows for the paired charts, and the rows that
     changed most (by impact, as sorted) with their values as text, for the table."""
@@ -229,7 +309,13 @@ def changes_frames(changes: pl.DataFrame) -> Fetched:
     top = moved.head(CHANGES_TOP).with_columns(
         *[pl.struct("metric", c).map_elements(lambda r, c=c: _change_text(r["metric"], r[c], c == "delta"),
                                               return_dtype=pl.String).alias(f"{c}_text")
-          for c in ("base", "new", "delta")])
+          for c in ("base", "new", "delta")],
+        pl.col("metric").map_elements(_metric_label, return_dtype=pl.String).alias("metric_text"))
+    # the impact is the subject's (section, key): said on its first row, not repeated on each of its metrics
+    first = pl.int_range(pl.len()).over("section", pl.col("key").fill_null("")) == 0
+    top = top.with_columns(pl.when(first).then(pl.col("impact_ns").map_elements(
+        lambda v: _change_text("impact_ns", v, True), return_dtype=pl.String))
+        .otherwise(pl.lit("as above")).alias("impact_text"))
     out = Fetched({"diff_rank": rank, "diff_collective": coll, "diff_top": top})
     for name, df, why in (("diff_rank", rank, "no rank has communication in either run"),
                           ("diff_collective", coll, "neither run has communication kernels"),
@@ -252,23 +338,26 @@ def changes_section(changes: pl.DataFrame) -> Section:
 # ---------------------------------------------------------------------------------------------------------------
 # Data shown outside the sections: diagnostics, overview
 
-declare(f"{__name__}.diagnostics", diagnostics=("severity", "affects", "message"),
-        report_notes=("severity", "file_path", "message"))
+declare(f"{__name__}.diagnostics", diagnostics=("severity", "code", "affects", "message"),
+        report_notes=("severity", "code", "file_path", "message"))
 declare(f"{__name__}.overview", run_overview=("rank", "n_gpus", "gpu_models", "first_ns", "last_ns", "n_kernels",
                                               "n_comm_kernels"),
-        report_files=("source", "format_version", "producer"))
+        report_files=("source", "format_version", "producer", "comm_library_version"))
 
 
 def diagnostics(fetched: Fetched) -> list[tuple[str, str]]:
-    """(severity, message) from the diagnostics analysis, else from the importers' notes."""
+    """(severity, message) from the diagnostics analysis, else from the importers' notes; what the banner says
+    (fetched.banner) is left out."""
+    said = {code for code, _ in fetched.banner}
     diag = fetched.get("diagnostics")
     if diag is not None:
         rows = [(r["severity"], f"{r['affects']}: {r['message']}" if r["affects"] else r["message"])
-                for r in diag.iter_rows(named=True)]
+                for r in diag.iter_rows(named=True) if r["code"] not in said]
     else:
         notes = fetched.get("report_notes")
         rows = [] if notes is None else [(r["severity"], f"{r['file_path']}: {r['message']}" if r["file_path"]
-                                          else r["message"]) for r in notes.iter_rows(named=True)]
+                                          else r["message"]) for r in notes.iter_rows(named=True)
+                                         if r["code"] not in said]
     return list(dict.fromkeys(rows))
 
 
@@ -283,6 +372,24 @@ def _gpus(ov: pl.DataFrame) -> str:
     return f"{n} ({', '.join(models)}" + (f"; model not recorded on {unnamed} ranks)" if unnamed else ")")
 
 
+_PRODUCER = {"nsys": "Nsight Systems", "kineto": "PyTorch profiler (Kineto)"}
+
+
+def _producers(files: pl.DataFrame) -> str:
+    """The tools that wrote the files: Nsight Systems with its version (files.producer of nsys files), the PyTorch
+    profiler; a Kineto file's producer column holds format markers, which are no producer (_markers)."""
+    out = {f"{_PRODUCER['nsys']} {r['producer']}" if r["source"] == "nsys" and r["producer"]
+           else _PRODUCER.get(r["source"], str(r["source"])) for r in files.iter_rows(named=True)}
+    return "; ".join(sorted(out))[:400]
+
+
+def _markers(files: pl.DataFrame) -> str:
+    """The format markers Kineto files carry (files.producer: time format, era flags, library versions)."""
+    found = {m.strip() for r in files.iter_rows(named=True) if r["source"] != "nsys" and r["producer"]
+             for m in str(r["producer"]).split(",") if m.strip()}
+    return ", ".join(sorted(found))[:400]
+
+
 def overview(fetched: Fetched, diag: list[tuple[str, str]]) -> str:
     ov, files = fetched.get("run_overview"), fetched.get("report_files")
     parts = []
@@ -292,8 +399,10 @@ def overview(fetched: Fetched, diag: list[tuple[str, str]]) -> str:
               ("Trace files", f"{files.height}" if files is not None else "?"),
               ("Sources", ", ".join(sorted({f"{r['source']} {r['format_version'] or ''}".strip()
                                            for r in files.iter_rows(named=True)})) if files is not None else "?"),
-              ("Producers", "; ".join(sorted({str(r["producer"]) for r in files.iter_rows(named=True)
-                                              if r["producer"]}))[:400] if files is not None else "?"),
+              ("Producers", _producers(files) if files is not None else "?"),
+              *([("Format markers", m)] if files is not None and (m := _markers(files)) else []),
+              *([("Communication library", c)] if files is not None and (c := ", ".join(sorted(
+                  set(files["comm_library_version"].drop_nulls().to_list())))[:400]) else []),
               ("Time span", f"{duration(last - first)} of GPU activity" if first is not None and last is not None
                else "no GPU activity"),
               ("Kernels", f"{int(ov['n_kernels'].sum()):,} ({int(ov['n_comm_kernels'].sum()):,} communication)")]
@@ -340,10 +449,21 @@ def table(df: pl.DataFrame, columns, cls: str = "") -> str:
 
 
 def _section_html(s: Section, specs: dict[str, dict]) -> str:
+    """The section: its intro, charts and tables; a chart that is not available is one line with its reason, said
+    once per section however many blocks share it."""
     blocks = [fill("figure", id=b.id, caption=b.caption) if b.id in specs
-              else fill("figure_missing", caption=b.caption, why=b.missing or "no data") for b in s.blocks]
+              else fill("not_available", why=b.missing or "no data") for b in s.blocks]
     return fill("section", id=s.id, title=s.title,
-                content_html=fill("intro", text=s.intro) + "".join(blocks) + s.html)
+                content_html=fill("intro", text=s.intro) + "".join(dict.fromkeys(blocks)) + s.html)
+
+
+def page_width(spec: dict) -> dict:
+    """A chart spec for the page: single and layered views take the width of their container (the page's, up to
+    main's max-width) instead of their fixed width; concatenated views keep theirs (Vega-Lite cannot fit them).
+    PNG/SVG copies keep the fixed widths."""
+    if not isinstance(spec.get("width"), int | float) or any(k in spec for k in ("hconcat", "vconcat", "concat")):
+        return spec
+    return {**spec, "width": "container", "autosize": {"type": "fit-x", "contains": "padding"}}
 
 
 def render_html(title: str, fetched: Fetched, sections: list[Section], findings: list[Finding],
@@ -354,13 +474,14 @@ def render_html(title: str, fetched: Fetched, sections: list[Section], findings:
                                                     for f in findings))
     else:
         found = fill("missing", text="No findings: the analyses they need have no data (see the warnings above).")
-    body = [fill("section", id="sec-overview", title="Run overview", content_html=overview(fetched, diag)),
+    body = [fill("banner", text=" ".join(t for _, t in fetched.banner))] if fetched.banner else []
+    body += [fill("section", id="sec-overview", title="Run overview", content_html=overview(fetched, diag)),
             fill("section", id="sec-findings", title="Findings", content_html=found)]
     body += [_section_html(s, specs) for s in sections]
     return fill("page", title=title, csp=CSP, generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                 css_html=template_text("page.css"), js_html=template_text("page.js"), vega_html=vega_bundle(),
                 nav_html="".join(fill("nav_link", id=i, title=t) for i, t in nav), body_html="".join(body),
-                charts_json_html=script_json(specs))
+                charts_json_html=script_json({k: page_width(v) for k, v in specs.items()}))
 
 
 def _write_images(specs: dict[str, dict], png_dir, svg_dir) -> None:
@@ -380,14 +501,15 @@ def _write_images(specs: dict[str, dict], png_dir, svg_dir) -> None:
 
 
 def build_report(con, out_path, *, png_dir=None, svg_dir=None, title: str | None = None,
-                 changes: pl.DataFrame | None = None) -> Path:
+                 changes: pl.DataFrame | None = None, step: int | None = None) -> Path:
     """Write the self-contained HTML report of the job in ``con`` to ``out_path`` and return its path.
 
     With ``png_dir`` / ``svg_dir`` every chart is also written there as ``<chart id>.png`` / ``.svg``. With
-    ``changes`` (the rows of ``baseline.diff(job)``) a "What changed" section follows the findings.
+    ``changes`` (the rows of ``baseline.diff(job)``) a "What changed" section follows the findings. ``step``: the
+    timeline's step (see :func:`collect`); one the trace does not have raises UsageError.
     """
     out_path = Path(out_path)
-    fetched, sections, findings, diag = collect(con)
+    fetched, sections, findings, diag = collect(con, step)
     if changes is not None:
         sections.insert(0, changes_section(changes))
     if title is None:

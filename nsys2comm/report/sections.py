@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..errors import UsageError
 from . import charts as ch
 from .data import Query, consumes, declare
 
@@ -17,6 +18,8 @@ TIMELINE_RANKS = 16
 TOP_KERNELS = 25
 TOP_PAIRS = 20
 MAX_OVERVIEW_RANKS = 64
+HOST_OPS_PER_INSTANCE = 10  # late_rank_host_ops' top_n
+TOP_HOST_OPS = 15  # rows of the report's host-ops table
 
 
 @consumes(run_overview=("n_comm_kernels",))
@@ -47,7 +50,8 @@ QUERIES: list[Query] = [
                                     "same steps (gemm_contention's min_samples)")),
     Query("serialised_pairs", needs=("comm",),
           empty="no collective starts right after the GEMM that produced its input while exposed"),
-    Query("msg_size_histogram", needs=("comm",)),
+    Query("msg_size_histogram", needs=("comm",),
+          all_null=("bucket_lo_bytes", "no communication operation has a known message size")),
     Query("collective_bandwidth", needs=("comm",), empty="no collective has a known message size",
           all_null=("busbw_incl_wait_gbps", "bus bandwidth needs the group size of each collective, which the trace "
                                             "does not record")),
@@ -58,6 +62,11 @@ QUERIES: list[Query] = [
     Query("collective_skew", needs=("comm", "two_ranks"),
           all_null=("start_skew_ns", "no collective was matched on two or more ranks")),
     Query("rank_wait", needs=("comm", "two_ranks")),
+    Query("late_arrival_causes", needs=("comm", "two_ranks"),
+          empty="no collective instance was matched consistently on two or more ranks"),
+    Query("late_rank_host_ops", {"top_n": HOST_OPS_PER_INSTANCE}, needs=("comm", "two_ranks"),
+          empty="no late arrival has host-bound lateness with CPU ops recorded on the late rank's launching thread"),
+    Query("iterations"),  # the timeline's step: choose_step() gives step_timeline's parameters (html.collect)
     Query("step_timeline", {"max_segments": TIMELINE_SEGMENTS, "max_ranks": TIMELINE_RANKS}),
     Query("top_comm_kernels", {"n": TOP_KERNELS}, needs=("comm",)),
     Query("parallel_degrees"),
@@ -92,6 +101,7 @@ class TableSpec:
     cls: str = ""
     hint: str | None = None
     max_rows: int | None = None  # the first rows only; the page says how many more the query has
+    prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None  # rows to show, from the query's (declared)
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,23 @@ VOLUME_COLUMNS = (
     ("measured_bytes", "measured / rank", "bytes"), ("ratio", "ratio", "pct"), ("verdict", "verdict", ""),
     ("reason", "reason", "title:formula"),
 )
+HOST_OP_COLUMNS = (
+    ("late_rank", "late rank", ""), ("op_name", "host op", ""), ("op_kind", "kind", ""),
+    ("instances", "late arrivals", "int"), ("calls", "calls", "int"), ("self_ns", "self time (ms)", "ms"),
+)
+
+
+@consumes(late_rank_host_ops=("instance_key", "late_rank", "op_name", "op_kind", "calls", "self_ns"))
+def host_ops_rows(df: pl.DataFrame) -> pl.DataFrame:
+    """late_rank_host_ops summed over the late arrivals of each rank: per (rank, op, kind), the arrivals it appears
+    in, its calls and its self time inside the late rank's segments; the most self time first."""
+    return (df.group_by("late_rank", "op_name", "op_kind")
+            .agg(pl.col("instance_key").n_unique().alias("instances"), pl.col("calls").sum(),
+                 pl.col("self_ns").sum())
+            .sort(["self_ns", "late_rank", "op_name", "op_kind"], descending=[True, False, False, False])
+            .head(TOP_HOST_OPS))
+
+
 MAX_GROUP_ROWS = 32
 MAX_VOLUME_ROWS = 60
 RANK_COLUMNS = (
@@ -142,9 +169,9 @@ RANK_COLUMNS = (
 # after the findings; its inputs are those rows (not catalog queries), split by html.changes_frames.
 CHANGES_TOP = 30
 CHANGES_COLUMNS = (
-    ("section", "section", ""), ("metric", "metric", ""), ("key", "subject", ""), ("base_text", "baseline", ""),
-    ("new_text", "this run", ""), ("delta_text", "change", ""), ("delta_pct", "change (%)", "pct"),
-    ("impact_ns", "impact (ms)", "ms"),
+    ("section", "section", ""), ("metric_text", "metric", "title:metric"), ("key", "subject", ""),
+    ("base_text", "baseline", ""), ("new_text", "this run", ""), ("delta_text", "change", ""),
+    ("delta_pct", "change (%)", "pct"), ("impact_text", "impact on the subject", ""),
 )
 # the intro when the runs do not both have step markers (nsys2comm.compare: per capture window)
 CHANGES_WINDOW_INTRO = (
@@ -229,6 +256,20 @@ SECTIONS: list[SectionSpec] = [
         ChartSpec("chart-straggler", "Per rank: how often it arrived last at a collective, and how long it waited for "
                   "the others (ms).", ch.straggler_chart, ("rank_wait",), "rank_wait|skew|seq"),
     )),
+    SectionSpec("sec-lateness", "Why ranks arrive late",
+                "For each collective instance where a rank arrives last, its segment since its previous collective of "
+                "the same group (or since its iteration start), against the earliest rank's, split by what its GPU "
+                "did: idle with nothing launched (the host had not launched the work: host-bound), idle although "
+                "work was launched (queued behind another stream, an event or a copy), computing, or in other "
+                "communication. The lateness is split by the differences (late_arrival_causes; shares add up to the "
+                "lateness, and a segment that started later carries lateness from before). Then the CPU ops with the "
+                "most self time on the late rank's launching thread where the lateness is host-bound "
+                "(late_rank_host_ops: the ops the trace records).", (
+        ChartSpec("chart-lateness", f"Per instance (the {ch.MAX_LATE_INSTANCES} latest arrivals, in time order): the "
+                  "late rank's segment (upper bar) and the earliest rank's (lower bar), by what the GPU did (ms).",
+                  ch.late_arrival_chart, ("late_arrival_causes",), "skew|seq"),
+        TableSpec("table-host-ops", "late_rank_host_ops", HOST_OP_COLUMNS, "hostops", prepare=host_ops_rows),
+    )),
     SectionSpec("sec-timeline", "Timeline of one step",
                 f"Communication, compute and memory lanes for up to {TIMELINE_RANKS} ranks, merged into at most "
                 f"{TIMELINE_SEGMENTS} segments per lane.", (
@@ -254,6 +295,62 @@ SECTIONS: list[SectionSpec] = [
 ]
 
 
+TIMELINE_PARAMS = {"max_segments": TIMELINE_SEGMENTS, "max_ranks": TIMELINE_RANKS}
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+@consumes(iterations=("rank", "iteration", "step_no", "iteration_source", "start_ns", "end_ns", "ranks_agree"))
+def choose_step(its: pl.DataFrame | None, step: int | None = None) -> tuple[Query, str, str]:
+    """The timeline's window from ``iterations`` (markers, else detected iterations): ``step`` (the marker's number
+    N, or the detected iteration's index), else the median-length one (window = earliest start to latest end over
+    the ranks; ties: the lower number). Returns the step_timeline query, the section title and a sentence saying
+    which step is shown and how it was chosen. A ``step`` the trace does not have is a usage error."""
+    its = its if its is not None else pl.DataFrame(schema={"iteration_source": pl.Utf8})
+    marked = its.filter(pl.col("iteration_source") == "marker")
+    detected = its.filter(pl.col("iteration_source") == "detected")
+    src = marked if marked.height else detected
+    if not src.height:
+        if step is not None:
+            raise UsageError(f"--step {step}: the trace has no step markers and no repeating iteration was detected",
+                             hint="leave --step out: the timeline shows the whole capture")
+        return (Query("step_timeline", TIMELINE_PARAMS), "Timeline of the whole capture",
+                "Shown: the whole capture: the trace has no step markers (ProfilerStep#N, NVTX 'step N') and no "
+                "repeating iteration was detected.")
+    key = "step_no" if marked.height else "iteration"
+    steps = (src.group_by(key).agg(pl.col("start_ns").min().alias("w0"), pl.col("end_ns").max().alias("w1"))
+             .with_columns((pl.col("w1") - pl.col("w0")).alias("length")).sort(key))
+    numbers = steps[key].to_list()
+    what = "step" if marked.height else "iteration"
+    if step is not None and step not in numbers:
+        raise UsageError(f"--step {step}: the trace has no {what} {step}",
+                         hint=f"its {what}s are {numbers[0]}–{numbers[-1]}" if len(numbers) > 1
+                         else f"its only {what} is {numbers[0]}")
+    if step is None:
+        by_length = steps.sort(["length", key])
+        step = by_length[key][(by_length.height - 1) // 2]
+        how = f"the median-length {what}; report --step N shows another"
+    else:
+        how = f"chosen with --step {step}"
+    pos = numbers.index(step) + 1
+    row = steps.filter(pl.col(key) == step).row(0, named=True)
+    if marked.height:
+        query = Query("step_timeline", {**TIMELINE_PARAMS, "pick_step": step})
+        which = "the only step" if len(numbers) == 1 else f"the {_ordinal(pos)} of {len(numbers)} steps"
+        said = f"Shown: step {step}, {which} the step markers define (step marker {step}; {how})."
+    else:
+        query = Query("step_timeline", {**TIMELINE_PARAMS, "window_start_ns": row["w0"], "window_end_ns": row["w1"],
+                                        "window_label": f"iteration {step}"})
+        agree = detected["ranks_agree"].drop_nulls()
+        doubt = "" if agree.is_empty() or agree.all() else "; the ranks found different numbers of iterations"
+        which = "the only iteration" if len(numbers) == 1 else f"the {_ordinal(pos)} of {len(numbers)} iterations"
+        said = (f"Shown: iteration {step}, {which} detected from the repeating communication and GEMM kernel "
+                f"sequence (the trace has no step markers{doubt}; {how}).")
+    return query, f"Timeline of {what} {step}", said
+
+
 def _title_columns(columns) -> tuple[str, ...]:
     """Columns a table layout reads, tooltip columns ('title:COL') included."""
     out = [c for c, _, _ in columns] + [f.removeprefix("title:") for _, _, f in columns if f.startswith("title:")]
@@ -266,3 +363,4 @@ declare(f"{__name__}.DEGREE_COLUMNS", parallel_degrees=_title_columns(DEGREE_COL
 declare(f"{__name__}.GROUP_COLUMNS", parallel_layout=_title_columns(GROUP_COLUMNS))
 declare(f"{__name__}.VOLUME_COLUMNS", volume_check=_title_columns(VOLUME_COLUMNS))
 declare(f"{__name__}.PAIR_COLUMNS", serialised_pairs=_title_columns(PAIR_COLUMNS))
+declare(f"{__name__}.HOST_OP_COLUMNS", late_rank_host_ops=("late_rank", "op_name", "op_kind", "calls", "self_ns"))

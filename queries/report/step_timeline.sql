@@ -12,9 +12,13 @@
 -- into one segment from the earliest start to the latest end, labelled with the class that took the most
 -- time. Only the `max_ranks` lowest ranks are returned.
 -- @param pick_step: Step number to show (N of 'ProfilerStep#N'); NULL picks the middle step of those traced (the later one of two).
+-- @param window_start_ns: With window_end_ns, the window to show instead of a step (ns on the job timeline; the report
+-- passes a detected iteration's bounds from iterations); NULL: the step.
+-- @param window_end_ns: End of that window (ns).
+-- @param window_label: step_label of that window (default 'window').
 -- @param max_segments: Most segments per rank and lane (default 200).
 -- @param max_ranks: Most ranks returned, lowest rank numbers first (default 16).
--- @column step_label: 'step N', or 'whole trace' when the trace has no step ranges.
+-- @column step_label: 'step N', window_label for a given window, or 'whole trace' when the trace has no step ranges.
 -- @column window_start_ns: Start of the window on the job timeline (ns).
 -- @column window_duration_ns: Length of the window (ns).
 -- @column rank [key]: Rank.
@@ -30,7 +34,8 @@
 -- @column longest_op_name: Base name of the longest operation in the segment (ties: the earliest start, then kernels
 -- before memory operations, then the lower id; untrusted trace text).
 -- @column longest_op_full_name: Full name of that operation, as the trace wrote it (untrusted trace text).
-CREATE OR REPLACE MACRO step_timeline(pick_step := NULL, max_segments := 200, max_ranks := 16) AS TABLE
+CREATE OR REPLACE MACRO step_timeline(pick_step := NULL, max_segments := 200, max_ranks := 16, window_start_ns := NULL,
+                                      window_end_ns := NULL, window_label := NULL) AS TABLE
 WITH step_ranges AS (  -- the one definition of an iteration range: _overlap_steps (overlap/timeline.sql)
   SELECT rank, step_start_ns AS start_ns, step_end_ns AS end_ns, step_no FROM _overlap_steps() WHERE step_no IS NOT NULL
 ),
@@ -45,11 +50,18 @@ step_window AS (
   SELECT min(s.start_ns) AS w0, max(s.end_ns) AS w1, 'step ' || CAST(any_value(s.step_no) AS VARCHAR) AS step_label
   FROM step_ranges s JOIN chosen c ON s.step_no = c.step_no
 ),
+given AS (  -- a window passed by the caller (a detected iteration) replaces the step
+  SELECT CAST(window_start_ns AS BIGINT) AS w0, CAST(window_end_ns AS BIGINT) AS w1,
+         coalesce(CAST(window_label AS VARCHAR), 'window') AS step_label
+  WHERE window_start_ns IS NOT NULL AND window_end_ns IS NOT NULL
+),
 win AS (
-  SELECT w0, w1, step_label FROM step_window WHERE w0 IS NOT NULL
+  SELECT w0, w1, step_label FROM given
+  UNION ALL
+  SELECT w0, w1, step_label FROM step_window WHERE w0 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM given)
   UNION ALL
   SELECT min(start_ns), max(end_ns), 'whole trace' FROM kernels
-  WHERE NOT EXISTS (SELECT 1 FROM step_window WHERE w0 IS NOT NULL)
+  WHERE NOT EXISTS (SELECT 1 FROM step_window WHERE w0 IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM given)
 ),
 kept_ranks AS (
   SELECT rank FROM (SELECT DISTINCT rank FROM kernels UNION SELECT DISTINCT rank FROM mem_ops)
