@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from .errors import InputError, Nsys2CommError, UsageError  # noqa: E402  (__version__ first: submodules read it)
+from .errors import InputError, Nsys2CommError, UsageError
 
 _API = ("Job", "diff", "is_database", "run_query")
 

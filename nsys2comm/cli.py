@@ -200,7 +200,7 @@ def _errors() -> Iterator[None]:
     except KeyboardInterrupt:
         out_.message("Interrupted.")
         raise typer.Exit(130) from None
-    except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
+    except Exception as e:
         if _state["debug"] or type(e).__module__.startswith(("typer", "click")):
             raise
         refusal = as_user_error(e)

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-import synth_db  # noqa: E402
+import synth_db
 
-from fixtures import synthetic as syn  # noqa: E402
-from nsys2comm import analysis, cache, catalog  # noqa: E402
-from nsys2comm.errors import UsageError  # noqa: E402
+from fixtures import synthetic as syn
+from nsys2comm import analysis, cache, catalog
+from nsys2comm.errors import UsageError
 
 US = syn.US
 

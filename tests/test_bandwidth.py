@@ -25,7 +25,7 @@ from nsys2comm import analysis, catalog
 from nsys2comm.summary import build_summary
 
 sys.path.insert(0, str(Path(__file__).parent))
-import synth_db  # noqa: E402
+import synth_db
 
 EXAMPLE = Path(__file__).parent.parent / "fixtures" / "example"
 

@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-import test_catalog_lint as lint  # noqa: E402
+import test_catalog_lint as lint
 
-from nsys2comm import analysis, catalog  # noqa: E402
+from nsys2comm import analysis, catalog
 
 US = 1000
 T0 = 1_700_000_000_000_000_000

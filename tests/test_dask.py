@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-import jobs_util as ju  # noqa: E402
+import jobs_util as ju
 
-from nsys2comm import Job, cache, distributed, jobdir  # noqa: E402
-from nsys2comm.cli import app  # noqa: E402
-from nsys2comm.errors import UsageError  # noqa: E402
+from nsys2comm import Job, cache, distributed, jobdir
+from nsys2comm.cli import app
+from nsys2comm.errors import UsageError
 
 if not ju.os.environ.get("CI"):
     pytest.importorskip("distributed")  # outside CI only: CI installs the extra, and there these must run

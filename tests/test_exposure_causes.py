@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-import synth_db  # noqa: E402
+import synth_db
 
-from fixtures import synthetic as syn  # noqa: E402
+from fixtures import synthetic as syn
 
 US = 1000
 ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"

@@ -17,9 +17,9 @@ import pytest
 from nsys2comm import catalog
 
 sys.path.insert(0, str(Path(__file__).parent))
-import synth_db  # noqa: E402
+import synth_db
 
-from fixtures import synthetic as syn  # noqa: E402
+from fixtures import synthetic as syn
 
 US = 1000
 GEMMS = [f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize{t}x128x64" for t in (64, 128, 256)]

@@ -14,15 +14,15 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-import jobs_util as ju  # noqa: E402
+import jobs_util as ju
 
-from fixtures import synthetic as syn  # noqa: E402
-from fixtures.kineto_writer import write_kineto  # noqa: E402
-from fixtures.nsys_writer import write_nsys  # noqa: E402
-from nsys2comm import Job, jobdir, jobwrite  # noqa: E402
-from nsys2comm import db as dbmod  # noqa: E402
-from nsys2comm.cli import app  # noqa: E402
-from nsys2comm.errors import InputError, UsageError  # noqa: E402
+from fixtures import synthetic as syn
+from fixtures.kineto_writer import write_kineto
+from fixtures.nsys_writer import write_nsys
+from nsys2comm import Job, jobdir, jobwrite
+from nsys2comm import db as dbmod
+from nsys2comm.cli import app
+from nsys2comm.errors import InputError, UsageError
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from nsys2comm import analysis, catalog, db
 from nsys2comm.ingest import ingest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import synth_db  # noqa: E402
+import synth_db
 
 US = syn.US
 OFFSETS = (0, 37_123_456, -5_432_109)  # ns; not whole µs on purpose

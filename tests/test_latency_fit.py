@@ -24,7 +24,7 @@ from nsys2comm import analysis, cache, catalog, summary
 from nsys2comm.units import pct
 
 sys.path.insert(0, str(Path(__file__).parent))
-import synth_db  # noqa: E402
+import synth_db
 
 US = syn.US
 NOISE = 0.2  # each instance's transfer time × (1 + u), u uniform in [-NOISE, NOISE]

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import synth_db  # noqa: E402
+import synth_db
 
-from fixtures import synthetic_tp as tpm  # noqa: E402
-from nsys2comm import Job  # noqa: E402
+from fixtures import synthetic_tp as tpm
+from nsys2comm import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = sorted((ROOT / "fixtures" / "example").glob("*.json.gz"))

@@ -120,11 +120,11 @@ class CompleteEventExactTs(CompleteEventArgs, tag_field="ph", tag="X", gc=False)
 
 
 _events_decoder = msgspec.json.Decoder(list[Event])
-_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEventArgs, *_SKIPPED_PHASES]])  # noqa: UP007 - built
-_raw_args_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEvent, *_SKIPPED_PHASES]])  # noqa: UP007
+_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEventArgs, *_SKIPPED_PHASES]])
+_raw_args_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEvent, *_SKIPPED_PHASES]])
 _args_decoder = msgspec.json.Decoder(Args)
 _exact_ts_decoder = msgspec.json.Decoder(list[EventExactTs])
-_exact_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEventExactTs, *_SKIPPED_PHASES]])  # noqa: UP007
+_exact_phases_decoder = msgspec.json.Decoder(list[Union[CompleteEventExactTs, *_SKIPPED_PHASES]])
 # epoch µs beyond float64's exact ns: 2**53 ns. Above it a float ts is read from its digits.
 _EXACT_TS_US = 2.0**53 / 1000
 
