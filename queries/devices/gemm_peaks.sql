@@ -14,21 +14,25 @@
 -- AMD Instinct the FP32 matrix rate); tf32 the TF32 tensor-core rate (AMD: XF32 on MI300-series). MI250X / MI250
 -- figures are per GCD: each of the package's two dies is a device of its own to PyTorch and the profilers.
 -- @column ord: Match order (lower first).
--- @column model: Model ('H100 SXM', 'A100 SXM 80GB', ...).
+-- @column model [key]: Model ('H100 SXM', 'A100 SXM 80GB', ...).
 -- @column name_pattern: RE2 pattern matched against devices.name.
 -- @column vendor: 'NVIDIA' or 'AMD'.
--- @column sm_count: SMs (NVIDIA) or compute units (AMD) of one device.
--- @column mem_bandwidth_gbps: Peak memory bandwidth of one device (GB/s = 1e9 B/s).
+-- @column sm_count [key]: SMs (NVIDIA) or compute units (AMD) of one device.
+-- @column mem_bandwidth_gbps [key]: Peak memory bandwidth of one device (GB/s = 1e9 B/s).
 -- @column fp64_tflops: Highest dense FP64 rate (tensor / matrix cores where present), TFLOP/s.
--- @column fp32_tflops: Dense FP32 rate without TF32 (CUDA cores; AMD: FP32 matrix), TFLOP/s.
--- @column tf32_tflops: Dense TF32 tensor-core rate (AMD: XF32), TFLOP/s; NULL when the device has none.
+-- @column fp32_tflops [key]: Dense FP32 rate without TF32 (CUDA cores; AMD: FP32 matrix), TFLOP/s.
+-- @column tf32_tflops [key]: Dense TF32 tensor-core rate (AMD: XF32), TFLOP/s; NULL when the device has none.
 -- @column fp16_tflops: Dense FP16 tensor-core rate (FP32 accumulate), TFLOP/s.
--- @column bf16_tflops: Dense BF16 tensor-core rate, TFLOP/s; NULL when the device has none.
--- @column fp8_tflops: Dense FP8 tensor-core rate, TFLOP/s; NULL when the device has none.
+-- @column bf16_tflops [key]: Dense BF16 tensor-core rate, TFLOP/s; NULL when the device has none.
+-- @column fp8_tflops [key]: Dense FP8 tensor-core rate, TFLOP/s; NULL when the device has none.
 -- @column int8_tops: Dense INT8 tensor-core rate, TOP/s; NULL when the datasheet gives none.
 -- @column source: The datasheet or whitepaper the figures come from (docs/gemm-peaks.md lists them).
 CREATE OR REPLACE MACRO gemm_device_table() AS TABLE
-SELECT * FROM (VALUES
+SELECT ord::INTEGER AS ord, model, name_pattern, vendor, sm_count::INTEGER AS sm_count,
+       mem_bandwidth_gbps::DOUBLE AS mem_bandwidth_gbps, fp64_tflops::DOUBLE AS fp64_tflops,
+       fp32_tflops::DOUBLE AS fp32_tflops, tf32_tflops::DOUBLE AS tf32_tflops, fp16_tflops::DOUBLE AS fp16_tflops,
+       bf16_tflops::DOUBLE AS bf16_tflops, fp8_tflops::DOUBLE AS fp8_tflops, int8_tops::DOUBLE AS int8_tops, source
+FROM (VALUES
   (10, 'GB200', '(?i)\bGB200\b', 'NVIDIA', 148, 8000.0, 40.0, 80.0, 1250.0, 2500.0, 2500.0, 5000.0, 5000.0,
    'NVIDIA GB200 NVL72 datasheet (per GPU: the rack totals / 72)'),
   (11, 'B200', '(?i)\bB200\b', 'NVIDIA', 148, 8000.0, 37.0, 75.0, 1100.0, 2250.0, 2250.0, 4500.0, 4500.0,
@@ -94,21 +98,21 @@ CREATE OR REPLACE MACRO _devices_gemm_peak_of(p, math) AS
 -- Per device of the job (devices table): the matched gemm_device_table row, the SM count in force (the trace's,
 -- else the table's) and the --peak-tflops override (nsys2comm_peak_tflops) when set. Unknown models get NULL
 -- figures and peak_reason says why.
--- @column rank: Rank.
--- @column device_id: Device.
+-- @column rank [key]: Rank.
+-- @column device_id [key]: Device.
 -- @column name: Device name as the trace lists it, NULL when unlisted.
--- @column model: Matched model (gemm_device_table.model), NULL when none matches.
--- @column sm_count: SMs / CUs: devices.sm_count when the trace records it, else the table's; NULL when unknown.
+-- @column model [key]: Matched model (gemm_device_table.model), NULL when none matches.
+-- @column sm_count [key]: SMs / CUs: devices.sm_count when the trace records it, else the table's; NULL when unknown.
 -- @column sm_source: 'trace', 'device_table' or NULL.
 -- @column mem_bandwidth_gbps: Peak memory bandwidth (GB/s) from the table; NULL when unknown.
 -- @column fp64_tflops: FP64 peak in force (TFLOP/s).
 -- @column fp32_tflops: FP32 peak in force (TFLOP/s).
 -- @column tf32_tflops: TF32 peak in force (TFLOP/s).
 -- @column fp16_tflops: FP16 peak in force (TFLOP/s).
--- @column bf16_tflops: BF16 peak in force (TFLOP/s).
+-- @column bf16_tflops [key]: BF16 peak in force (TFLOP/s).
 -- @column fp8_tflops: FP8 peak in force (TFLOP/s).
 -- @column int8_tops: INT8 peak in force (TOP/s).
--- @column peak_source: 'peak_tflops' (the --peak-tflops option, every math type), 'device_table' or NULL.
+-- @column peak_source [key]: 'peak_tflops' (the --peak-tflops option, every math type), 'device_table' or NULL.
 -- @column peak_reason: Why the figures are NULL ('device not listed in the trace', 'no peak table entry for
 -- <name>: give --peak-tflops'); NULL when known.
 CREATE OR REPLACE MACRO gemm_device_peaks() AS TABLE

@@ -165,19 +165,19 @@ CREATE OR REPLACE MACRO _gemm_align(dtype) AS
 -- launch (definitions: this file's header). Auxiliary kernels of an op (split-K reductions, epilogues) carry the
 -- op's shape but no FLOPs: their time counts in op_achieved_tflops of the main kernel. A rate above the physical
 -- peak is not shown as achieved (NULL) and physically_possible is false.
--- @column kernel_id: GEMM kernel id.
--- @column rank: Rank.
--- @column short_name: Kernel base name.
+-- @column kernel_id [key]: GEMM kernel id.
+-- @column rank [key]: Rank.
+-- @column short_name [key]: Kernel base name.
 -- @column start_ns: Kernel start (ns).
 -- @column duration_ns: Kernel duration (ns).
 -- @column op_range_id: The op's cpu_ranges.range_id, NULL when none.
 -- @column op_name: The op ('aten::mm', ...), NULL when none.
 -- @column status: gemm_problems.status ('main', 'auxiliary', 'no_launch', 'no_op', 'no_shapes', 'unknown_layout').
--- @column m: M (NULL without a shape).
--- @column n: N.
--- @column k: K.
+-- @column m [key]: M (NULL without a shape).
+-- @column n [key]: N.
+-- @column k [key]: K.
 -- @column batch: Batch.
--- @column dtype: Operand dtype: recorded (Kineto 'Input type'), else stated by the kernel name; NULL when neither.
+-- @column dtype [key]: Operand dtype: recorded (Kineto 'Input type'), else stated by the kernel name; NULL when neither.
 -- @column dtype_source: 'recorded', 'kernel_name' or NULL.
 -- @column flops: 2·M·N·K·batch on the main kernel (gemm_problems.flops), else NULL.
 -- @column moved_bytes: Inputs + output bytes on the main kernel (gemm_problems.moved_bytes); NULL without dtypes.
@@ -192,11 +192,11 @@ CREATE OR REPLACE MACRO _gemm_align(dtype) AS
 -- @column ridge_flops_per_byte: peak_tflops × 1000 / mem_bandwidth_gbps: the intensity where the roofline turns (FLOP/byte).
 -- @column roofline_tflops: Attainable rate min(peak, intensity × bandwidth) (TFLOP/s); NULL when unknown.
 -- @column bound: 'compute' (intensity at or above the ridge) or 'memory' (below); NULL when unknown.
--- @column achieved_tflops: flops / duration_ns (TFLOP/s) on the main kernel; NULL when not physically possible, without FLOPs or a duration.
+-- @column achieved_tflops [key]: flops / duration_ns (TFLOP/s) on the main kernel; NULL when not physically possible, without FLOPs or a duration.
 -- @column op_achieved_tflops: flops / op_duration_ns (TFLOP/s): the op's rate with its split-K / epilogue kernels; NULL as achieved_tflops.
--- @column pct_of_peak: 100 × op_achieved_tflops / peak_tflops; NULL when either is unknown.
+-- @column pct_of_peak [key]: 100 × op_achieved_tflops / peak_tflops; NULL when either is unknown.
 -- @column pct_of_roofline: 100 × op_achieved_tflops / roofline_tflops; NULL when either is unknown.
--- @column physically_possible: False when flops / duration exceeds the peak (a wrong shape, device or clock: the rate is withheld); true when within; NULL without a peak or FLOPs.
+-- @column physically_possible [key]: False when flops / duration exceeds the peak (a wrong shape, device or clock: the rate is withheld); true when within; NULL without a peak or FLOPs.
 -- @column efficiency_check: 'ok', 'above_peak', 'no_peak' (peak_reason says why), 'no_flops' (auxiliary or shapeless kernel), 'no_duration' (zero-length kernel).
 -- @column peak_reason: Why peak_tflops is NULL ('the trace lists no device name: give --peak-tflops', an unknown model, an unknown dtype, no such math on the device); NULL when known.
 -- @column tile_m: CTA tile along M from the kernel name (NULL when the name states none).
@@ -299,21 +299,21 @@ ORDER BY rank, start_ns, kernel_id;
 -- shape and the gain it would bring under the tile-and-wave model, as an estimate with its basis. Largest total
 -- time first.
 -- @param min_efficiency_pct: A tile or wave efficiency below this breaks the quantization rule (%).
--- @column m: M.
--- @column n: N.
--- @column k: K.
--- @column batch: Batch.
--- @column dtype: Operand dtype (gemm_efficiency.dtype), NULL when unknown.
+-- @column m [key]: M.
+-- @column n [key]: N.
+-- @column k [key]: K.
+-- @column batch [key]: Batch.
+-- @column dtype [key]: Operand dtype (gemm_efficiency.dtype), NULL when unknown.
 -- @column device_model: Device model (gemm_efficiency.device_model), NULL when unknown.
 -- @column math: Math type of the peak ('bf16', 'tf32', ...; the one with the most time), NULL when unknown.
 -- @column ops: Ops (main kernels) of this shape.
 -- @column kernels: GEMM kernels of these ops, auxiliary ones included.
--- @column total_ns: Summed duration of those kernels (ns).
+-- @column total_ns [key]: Summed duration of those kernels (ns).
 -- @column gemm_time_pct: total_ns / the job's summed GEMM kernel time × 100.
 -- @column flops: Summed 2·M·N·K·batch (DOUBLE: a long capture's sum can exceed BIGINT).
 -- @column achieved_tflops: flops / total_ns (TFLOP/s); NULL when any op of the group is above the peak.
 -- @column peak_tflops: The device's peak for the math type (TFLOP/s), NULL when unknown.
--- @column efficiency_pct: 100 × achieved_tflops / peak_tflops: the time-weighted mean of the ops' pct_of_peak.
+-- @column efficiency_pct [key]: 100 × achieved_tflops / peak_tflops: the time-weighted mean of the ops' pct_of_peak.
 -- @column arithmetic_intensity: flops / moved bytes of one op (FLOP/byte), NULL without dtypes.
 -- @column bound: 'compute' or 'memory' against the ridge point (gemm_efficiency.bound), NULL when unknown.
 -- @column above_peak_ops: Ops whose rate exceeds the peak (physically impossible: their figures are withheld).
@@ -335,7 +335,7 @@ ORDER BY rank, start_ns, kernel_id;
 -- @column align_preferred: The preferred granularity in elements (128 bytes: 64 for fp16/bf16, 128 fp8, 32 fp32).
 -- @column misaligned_dims: The dimensions not a multiple of align_min ('K', 'N,K', ...); '' when none; NULL without a dtype.
 -- @column unpreferred_dims: The dimensions of at least align_preferred that are not a multiple of it (a smaller one cannot be); '' when none; NULL without a dtype.
--- @column rule_broken: The first rule broken: 'alignment' (a dim not a multiple of align_min), 'preferred_alignment', 'tile_quantization', 'wave_quantization' (efficiency below min_efficiency_pct), 'none'; NULL when nothing could be checked.
+-- @column rule_broken [key]: The first rule broken: 'alignment' (a dim not a multiple of align_min), 'preferred_alignment', 'tile_quantization', 'wave_quantization' (efficiency below min_efficiency_pct), 'none'; NULL when nothing could be checked.
 -- @column rule_detail: Every rule broken, with its numbers ('K=1365 not a multiple of 8 (bfloat16, 16 bytes)'; ...).
 -- @column suggested_m: M rounded up to align_preferred (align_min below it) when a dimension breaks an alignment rule, else NULL.
 -- @column suggested_n: N likewise.
@@ -470,15 +470,15 @@ ORDER BY total_ns DESC, m, n, k, batch, dtype NULLS LAST, device_model NULLS LAS
 -- @param tp: Tensor-parallel degree; NULL: 1, said in mfu_basis.
 -- @param pp: Pipeline-parallel degree; NULL: 1.
 -- @param cp: Context-parallel degree; NULL: 1.
--- @column gemm_kernels: GEMM kernels (kernel_class 'gemm') of the job.
+-- @column gemm_kernels [key]: GEMM kernels (kernel_class 'gemm') of the job.
 -- @column gemm_ns: Union of GEMM kernel time per rank, summed over ranks (overlap_by_rank.gemm_ns, ns).
 -- @column busy_ns: GPU-busy time (any kernel or memory operation) per rank, summed over ranks (ns).
--- @column gemm_time_pct: 100 × gemm_ns / busy_ns: the share of GPU-busy time in GEMMs; NULL without busy time.
+-- @column gemm_time_pct [key]: 100 × gemm_ns / busy_ns: the share of GPU-busy time in GEMMs; NULL without busy time.
 -- @column gemm_kernel_ns: Summed duration of the GEMM kernels (ns; concurrent ones each count).
 -- @column covered_ns: Summed duration of the GEMM kernels of ops with FLOPs and a peak, not above it (ns).
 -- @column covered_pct: 100 × covered_ns / gemm_kernel_ns: how much GEMM time the efficiency covers.
 -- @column ideal_ns: Time those ops would take at their peaks: Σ flops / peak (ns).
--- @column gemm_efficiency_pct: 100 × ideal_ns / covered_ns: the time-weighted efficiency against the peak; NULL when nothing is covered.
+-- @column gemm_efficiency_pct [key]: 100 × ideal_ns / covered_ns: the time-weighted efficiency against the peak; NULL when nothing is covered.
 -- @column low_efficiency_time_pct: Share of covered_ns in ops below low_pct of their peak (%).
 -- @column low_pct: The threshold used (%).
 -- @column above_peak_ops: Ops whose rate exceeds the peak (withheld: a wrong shape, device or clock).
@@ -490,7 +490,7 @@ ORDER BY total_ns DESC, m, n, k, batch, dtype NULLS LAST, device_model NULLS LAS
 -- @column iteration_ns: Median iteration duration (ns) over the ranks' marker or detected iterations; NULL when none.
 -- @column iterations: Iterations that median is over.
 -- @column mfu_peak_tflops: The peak MFU divides by (TFLOP/s per GPU), NULL when unknown.
--- @column mfu_pct: 100 × model_flops_per_iteration / gpus_per_replica / (iteration_ns × mfu_peak_tflops); NULL with mfu_reason.
+-- @column mfu_pct [key]: 100 × model_flops_per_iteration / gpus_per_replica / (iteration_ns × mfu_peak_tflops); NULL with mfu_reason.
 -- @column mfu_basis: What the MFU assumes (defaults taken, the formula's parts), NULL without MFU.
 -- @column mfu_reason: Why mfu_pct is NULL; NULL when known.
 CREATE OR REPLACE MACRO gemm_overview(low_pct := 40.0, params := NULL, layers := NULL, hidden := NULL, ffn := NULL,

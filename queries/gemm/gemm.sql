@@ -223,34 +223,34 @@ FROM _gemm_d;
 -- earliest, then the lowest id) is the op's 'main' kernel and carries its FLOPs and bytes; the others are
 -- 'auxiliary', with the op's shape and NULL FLOPs. Kernels without a shape carry NULL M/N/K/FLOPs and their
 -- reason in status.
--- @column kernel_id: GEMM kernel id.
--- @column rank: Rank.
--- @column short_name: Kernel base name.
+-- @column kernel_id [key]: GEMM kernel id.
+-- @column rank [key]: Rank.
+-- @column short_name [key]: Kernel base name.
 -- @column start_ns: Kernel start (ns).
--- @column duration_ns: Kernel duration (ns).
+-- @column duration_ns [key]: Kernel duration (ns).
 -- @column op_range_id: cpu_ranges.range_id of the op whose range encloses the kernel's launch; NULL when none.
--- @column op_name: That op ('aten::mm', 'aten::addmm', ...); NULL when none.
+-- @column op_name [key]: That op ('aten::mm', 'aten::addmm', ...); NULL when none.
 -- @column shape_source: 'kineto_input_dims' (record_shapes=True) or 'nvtx_sizes' (emit_nvtx(record_shapes=True));
 -- NULL when the op records no shapes or there is no op.
--- @column m: Rows of the output (for linear and folded matmul: the product of the input's leading dims); NULL
+-- @column m [key]: Rows of the output (for linear and folded matmul: the product of the input's leading dims); NULL
 -- without a shape.
--- @column n: Columns of the output; NULL without a shape.
--- @column k: Inner (reduction) dimension; NULL without a shape.
--- @column batch: Independent problems (bmm/baddbmm batch, matmul's broadcast batch; 1 otherwise); NULL without a
+-- @column n [key]: Columns of the output; NULL without a shape.
+-- @column k [key]: Inner (reduction) dimension; NULL without a shape.
+-- @column batch [key]: Independent problems (bmm/baddbmm batch, matmul's broadcast batch; 1 otherwise); NULL without a
 -- shape.
 -- @column dtype: Canonical dtype of the first matrix operand ('bfloat16', 'float32', 'float8_e4m3', ...); NULL
 -- when the trace records no types (NVTX sizes) or the type is not a known dtype.
 -- @column has_bias: True when the op adds a bias or accumulator (addmm, addmm_, baddbmm, linear with a bias),
 -- false when not; NULL without a shape and for _scaled_mm (its bias argument moved across PyTorch versions).
 -- @column op_gemm_kernels: GEMM kernels linked to the same op (1 for a single-kernel GEMM); NULL without an op.
--- @column flops: 2·M·N·K·batch (multiply-adds × 2, the bias excluded) on the op's main kernel; NULL on auxiliary
+-- @column flops [key]: 2·M·N·K·batch (multiply-adds × 2, the bias excluded) on the op's main kernel; NULL on auxiliary
 -- kernels and without a shape.
 -- @column bias_flops: M·N·batch (one add per output element) when the op adds a bias, 0 when not, on the main
 -- kernel; NULL on auxiliary kernels, without a shape and when has_bias is unknown.
 -- @column moved_bytes: Bytes of every tensor input (each at its recorded dtype) plus the output (M·N·batch at the
 -- operand dtype), each read or written once, on the main kernel; NULL on auxiliary kernels, without a shape,
 -- without dtypes (NVTX sizes) and for _scaled_mm (output dtype not recorded).
--- @column status: 'main' (the op's main kernel: FLOPs given), 'auxiliary' (another GEMM kernel of the op),
+-- @column status [key]: 'main' (the op's main kernel: FLOPs given), 'auxiliary' (another GEMM kernel of the op),
 -- 'no_launch' (no launch call in api_calls: a CUDA graph replay, or a trace without runtime events),
 -- 'no_op' (the launch lies in no recorded matrix-multiply op: record the ops with the PyTorch profiler, or
 -- emit_nvtx under nsys), 'no_shapes' (the op records no shapes: profile with record_shapes=True),
