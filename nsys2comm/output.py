@@ -431,8 +431,9 @@ def _table_cells(df: pl.DataFrame) -> tuple[list[bool], list[list[str]]]:
 
     fixed = [not (t == pl.String or t == pl.Categorical or t.is_nested() or t == pl.Object)
              for t in df.schema.values()]
-    cells = [[_cell_text(v, for_table=True, places=_unit_places(n) if df.schema[n].is_float() else None)
-              for v in df.get_column(n).to_list()] for n in df.columns]
+    places = {n: _unit_places(n) if t.is_float() else None for n, t in df.schema.items()}
+    cells = [[_cell_text(v, for_table=True, places=places[n]) for v in df.get_column(n).to_list()]
+             for n in df.columns]
     return fixed, cells
 
 
@@ -444,12 +445,17 @@ def table_plan(df: pl.DataFrame, *, width: int | None, keys: list[str] | None = 
     ``--columns``): records. With ``keys``: the key columns first, then the others that fit; records when even the
     key columns do not fit. Without keys: the columns from the left that fit.
     """
+    fixed, cells = _table_cells(df)
+    return _plan(df, fixed, cells, width=width, keys=keys, exact=exact)
+
+
+def _plan(df: pl.DataFrame, fixed: list[bool], cells: list[list[str]], *, width: int | None,
+          keys: list[str] | None, exact: bool) -> tuple[str, list[str]]:
     from rich.cells import cell_len
 
     names = list(df.columns)
     if width is None or not names:
         return "grid", names
-    fixed, cells = _table_cells(df)
     natural = [max([cell_len(n), *map(cell_len, col)]) for n, col in zip(names, cells, strict=True)]
     if sum(natural) + _COLUMN_GAP * (len(names) - 1) <= width:
         return "grid", names
@@ -471,19 +477,29 @@ def render_table(df: pl.DataFrame, *, width: int | None = None, bold_header: boo
     ``keys``: the columns shown first when not all fit, text among them wrapped rather than cut; ``exact``: the
     columns were asked for (``--columns``), so none is left out. See :func:`table_plan`.
     """
-    mode, order = table_plan(df, width=width, keys=keys, exact=exact)
-    if mode == "records":
-        return render_records(df.select(order), width=width), []
+    text, dropped, _ = _render(df, width=width, bold_header=bold_header, keys=keys, exact=exact)
+    return text, dropped
+
+
+def _render(df: pl.DataFrame, *, width: int | None, bold_header: bool, keys: list[str] | None,
+            exact: bool) -> tuple[str, list[str], str]:
+    fixed, cells = _table_cells(df)
+    mode, order = _plan(df, fixed, cells, width=width, keys=keys, exact=exact)
     if order != list(df.columns):
-        df = df.select(order)
-    return _render_grid(df, width=width, bold_header=bold_header, wrap=set(keys or []) if width else set())
+        at = {n: i for i, n in enumerate(df.columns)}
+        df, fixed, cells = df.select(order), [fixed[at[n]] for n in order], [cells[at[n]] for n in order]
+    if mode == "records":
+        return _records(df, fixed, cells, width=width), [], mode
+    text, dropped = _render_grid(df, fixed, cells, width=width, bold_header=bold_header,
+                                 wrap=set(keys or []) if width else set())
+    return text, dropped, mode
 
 
-def _render_grid(df: pl.DataFrame, *, width: int | None, bold_header: bool, wrap: set[str]) -> tuple[str, list[str]]:
+def _render_grid(df: pl.DataFrame, fixed: list[bool], cells: list[list[str]], *, width: int | None,
+                 bold_header: bool, wrap: set[str]) -> tuple[str, list[str]]:
     from rich.console import Console
     from rich.table import Table
 
-    fixed, cells = _table_cells(df)
     widths = _layout(df.columns, cells, fixed, width)
     shown = [i for i, w in enumerate(widths) if w is not None]
     numeric = {n for n, t in df.schema.items() if t.is_numeric()}
@@ -508,17 +524,24 @@ def render_records(df: pl.DataFrame, *, width: int | None = None) -> str:
     """One record per row (psql's expanded display): ``-[ row N ]`` and then a ``name  value`` line per column.
     Text wraps at ``width``; a number is never split (it moves to a line of its own when it does not fit beside
     its name)."""
+    fixed, cells = _table_cells(df)
+    return _records(df, fixed, cells, width=width)
+
+
+def _records(df: pl.DataFrame, fixed: list[bool], cells: list[list[str]], *, width: int | None) -> str:
     import textwrap
 
     from rich.cells import cell_len
 
-    fixed, cells = _table_cells(df)
     names = list(df.columns)
     name_w = min(max(map(cell_len, names), default=0), _NAME_MAX)
     if width is not None:
         name_w = min(name_w, max(width - _TEXT_MIN_WIDTH - _COLUMN_GAP, 8))
     room = None if width is None else max(width - name_w - _COLUMN_GAP, 8)
     lines: list[str] = []
+    if not df.height:  # no rows: the columns there would be, one per line
+        title = "-[ no rows ]"
+        return "".join(line + "\n" for line in [title + "-" * max(0, min(width or 40, 40) - len(title)), *names])
     for r in range(df.height):
         title = f"-[ row {r + 1} ]"
         lines.append(title + "-" * max(0, min(width or 40, 40) - len(title)))
@@ -559,8 +582,7 @@ def _write_table(df: pl.DataFrame, stream: IO[str], stderr: IO | None = None, *,
 
     width = _terminal_width(stream)
     tty = hasattr(stream, "isatty") and stream.isatty()
-    mode, _ = table_plan(df, width=width, keys=keys, exact=exact)
-    text, dropped = render_table(df, width=width, bold_header=tty, keys=keys, exact=exact)
+    text, dropped, mode = _render(df, width=width, bold_header=tty, keys=keys, exact=exact)
     if note:  # the table's header: what its times mean
         stream.write("".join(f"# {line}\n" for line in textwrap.wrap(note, (width or 10**6) - 2)))
     stream.write(text)
