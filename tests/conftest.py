@@ -7,6 +7,8 @@ folder is absent.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,13 +30,9 @@ def shared_traces() -> Path:
 @pytest.fixture(scope="module")
 def con():
     """An in-memory database with the catalog installed and empty canonical tables (tier-2 SQL tests)."""
-    import duckdb
+    from synth_db import catalog_db
 
-    from nsys2comm import catalog
-
-    c = duckdb.connect()
-    catalog.install(c)
-    return c
+    return catalog_db()
 
 
 @pytest.fixture(scope="session")
@@ -44,36 +42,55 @@ def reference_values(shared_traces: Path) -> dict:
     return orjson.loads((shared_traces / "kineto" / "reference-values.json").read_bytes())
 
 
-# Test tiers (pytest markers, registered in pyproject.toml). CI runs every tier; the inner loop runs
-#   python -m pytest -m "not slow and not subprocess and not browser"     (a few minutes on 2 cores)
-# A test is 'browser' when it drives headless Chromium, 'subprocess' when it starts nsys2comm or Python processes,
-# 'slow' when it is a property test or a benchmark of more than ~10 s; everything else is 'fast'.
-_SLOW = {"test_cache_property.py", "test_benchmark_smoke.py",
-         "test_nsys_pytorch_nvtx.py::test_group_depth_matches_brute_force",
-         "test_analyses.py::test_sweep_property", "test_latency.py::test_theil_sen_vs_brute_force",
-         "test_kernel_names.py::test_sql_matches_oracle_on_generated_signatures"}
-_SUBPROCESS = {"test_api_scripts.py", "test_signals.py", "test_readonly.py", "test_cache.py",
-               "test_benchmark_smoke.py", "test_jobdir.py", "test_dask.py"}
-_BROWSER = {"test_report.py::test_report_renders_in_chromium", "test_report.py::test_hostile_names_show_as_text",
-            "test_report.py::test_nav_fits_the_window", "test_diff.py::test_report_with_baseline_renders_in_chromium"}
+# Test tiers (pytest markers, registered in pyproject.toml), set where the test is:
+#   subprocess  the test (or a fixture it uses) requests ``cli_process`` (marked here at collection), or carries
+#               @pytest.mark.subprocess / a module ``pytestmark``: it starts nsys2comm or Python processes;
+#   browser     the test requests the ``browser`` fixture (tests/test_report.py): it drives headless Chromium;
+#   slow        @pytest.mark.slow where the test is: a property test or benchmark of more than ~10 s;
+#   fast        everything else (the inner loop: make test-fast, in-process only).
+# A test that is not marked subprocess and starts a Python process fails (see _no_python_processes): mark it, or use
+# the cli_process fixture.
+
+
+@pytest.fixture(scope="session")
+def cli_process():
+    """Run ``python -m nsys2comm ARGS`` in a fresh process: ``cli_process(*args, input=None, cwd=ROOT, env=None,
+    timeout=300)`` -> CompletedProcess (text). A test that uses it, directly or through its fixtures, is marked
+    'subprocess'."""
+    def run(*args, input: str | None = None, cwd: Path = ROOT, env: dict | None = None, timeout: float = 300,
+            **kw) -> subprocess.CompletedProcess:
+        env = dict(os.environ if env is None else env)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        return subprocess.run([sys.executable, "-m", "nsys2comm", *map(str, args)], input=input, cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=timeout, **kw)
+    return run
+
+
+_BY_FIXTURE = {"cli_process": "subprocess", "browser": "browser"}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        file = Path(str(item.fspath)).name
-        keys = {file, f"{file}::{item.originalname}"}
-        tiers = [name for name, group in (("slow", _SLOW), ("subprocess", _SUBPROCESS), ("browser", _BROWSER))
-                 if keys & group]
-        if "subprocess" not in tiers and "subprocess.run" in _source(item):
-            tiers.append("subprocess")
-        for t in tiers or ["fast"]:
-            item.add_marker(getattr(pytest.mark, t))
+        for fixture, tier in _BY_FIXTURE.items():
+            if fixture in item.fixturenames and not item.get_closest_marker(tier):
+                item.add_marker(getattr(pytest.mark, tier))
+        if not any(item.get_closest_marker(t) for t in ("slow", "subprocess", "browser")):
+            item.add_marker(pytest.mark.fast)
 
 
-def _source(item) -> str:
-    import inspect
+class _PythonProcessInUnmarkedTest(subprocess.Popen):
+    def __init__(self, args, *a, **kw):
+        argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+        exe = os.path.basename(os.fsdecode(argv[0]).split()[0]) if argv else ""
+        if argv and (os.fsdecode(argv[0]) == sys.executable or exe.startswith("python") or exe == "nsys2comm"):
+            pytest.fail("this test starts a Python process but is not marked 'subprocess': use the cli_process "
+                        "fixture or mark it @pytest.mark.subprocess (tests/conftest.py)", pytrace=False)
+        super().__init__(args, *a, **kw)
 
-    try:
-        return inspect.getsource(item.function)
-    except (OSError, TypeError):
-        return ""
+
+@pytest.fixture(autouse=True)
+def _no_python_processes(request, monkeypatch):
+    """The in-process tiers stay in-process: starting a Python process there fails the test (a helper that spawns
+    the CLI would otherwise slip a 10 s test into the inner loop)."""
+    if not request.node.get_closest_marker("subprocess"):
+        monkeypatch.setattr(subprocess, "Popen", _PythonProcessInUnmarkedTest)

@@ -248,6 +248,7 @@ k_strat = st.lists(st.tuples(st.sampled_from(["ncclDevKernel_AllReduce", "nvjet_
                              st.integers(0, 50), st.integers(0, 20)), max_size=30)
 
 
+@pytest.mark.slow  # tier: slow (brute force over generated cases; CI runs it)
 @settings(max_examples=40, deadline=None)
 @given(ks=k_strat)
 def test_sweep_property(ks):

@@ -16,6 +16,9 @@ job = nsys2comm.Job.ingest([{str(ROOT / 'fixtures' / 'example')!r}], jobs=2)
 print("ranks", job.query("overlap_by_rank").height)
 """
 
+# tier: subprocess (every test here starts nsys2comm or Python processes)
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.mark.parametrize("how", ["file", "stdin"])
 def test_api_without_main_guard(tmp_path, how):

@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# tier: slow, subprocess (runs the benchmark harness in its own process)
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_benchmark_smoke(tmp_path):

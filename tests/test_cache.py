@@ -23,6 +23,9 @@ HTA_2RANK = Path("/work/shared/traces/kineto/hta_trace_filter_2rank")
 NAMES = ("overlap_by_rank", "time_breakdown_by_rank", "comm_kernels", "collective_skew", "exposed_comm_by_kernel",
          "exposed_comm_causes", "gemm_contention", "latency_model", "volume_check")
 
+# tier: subprocess (every test here starts nsys2comm or Python processes)
+pytestmark = pytest.mark.subprocess
+
 
 def _frames(con) -> dict:
     return {n: analysis.run_query(con, n) for n in NAMES}

@@ -37,6 +37,9 @@ EDITS = [
     "DELETE FROM mem_ops",
 ]
 
+# tier: slow (property test over whole ingests)
+pytestmark = pytest.mark.slow
+
 
 def _queries() -> list[str]:
     return [o.name for o in catalog.public_queries() if not o.required_params]

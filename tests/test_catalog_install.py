@@ -86,6 +86,7 @@ def test_ingest_after_a_failed_first_file_still_installs_the_catalog(tmp_path, t
     con.close()
 
 
+@pytest.mark.subprocess  # tier: subprocess (a fresh interpreter shows what the decoders import)
 def test_decoder_processes_import_neither_duckdb_nor_polars():
     code = ("import sys, nsys2comm.ingest.kineto, nsys2comm.ingest.nsys; "
             "print(sorted(m for m in ('duckdb', 'polars', 'altair') if m in sys.modules))")

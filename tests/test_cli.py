@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -33,12 +32,15 @@ def run(*args: str, input: str | None = None):
     return CliRunner().invoke(app, [str(a) for a in args], input=input, catch_exceptions=True)
 
 
-def proc(*args: str, input: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """Real process: ``python -m nsys2comm`` (what the console script runs)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env.pop("NSYS2COMM_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "nsys2comm", *map(str, args)], input=input, capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=300)
+@pytest.fixture
+def proc(cli_process):
+    """Real process: ``python -m nsys2comm`` (what the console script runs), without NSYS2COMM_DEBUG; a test that
+    uses it is in the subprocess tier (conftest's cli_process)."""
+    env = {k: v for k, v in os.environ.items() if k != "NSYS2COMM_DEBUG"}
+
+    def run(*args, input: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+        return cli_process(*args, input=input, cwd=cwd, env=env)
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -121,7 +123,7 @@ def test_ingest_missing_path_is_input_error(tmp_path):
     assert r.exit_code == 1 and "no such file" in r.stderr
 
 
-def test_ingest_subprocess_parallel(tmp_path):
+def test_ingest_subprocess_parallel(tmp_path, proc):
     p = proc("ingest", EXAMPLE_FILES[0], EXAMPLE_FILES[1], "--db", tmp_path / "j.duckdb", "--jobs", "2")
     assert p.returncode == 0, p.stderr
     assert p.stdout == "" and "2 ingested" in p.stderr and "\x1b[" not in p.stderr  # no bar off a terminal
@@ -191,7 +193,7 @@ def test_nan_becomes_null():
     assert render(df, "csv").decode().splitlines()[1] == "1,"
 
 
-def test_one_off_traces_instead_of_db():
+def test_one_off_traces_instead_of_db(proc):
     # real processes: ingest forks parser workers, which is not safe from inside a threaded pytest process
     p = proc("query", "fixtures/example", "run_overview", "-f", "csv")  # a directory
     assert p.returncode == 0, p.stderr
@@ -207,7 +209,7 @@ def test_missing_db_is_input_error(tmp_path):
     assert r.exit_code == 1 and r.stderr.startswith("Error: ") and "no such database" in r.stderr
 
 
-def test_debug_shows_the_traceback(tmp_path):
+def test_debug_shows_the_traceback(tmp_path, proc):
     r = run("--debug", "summary", tmp_path / "nope.duckdb")
     assert r.exit_code == 1 and r.exception is not None and type(r.exception).__name__ == "InputError"
     p = proc("--debug", "summary", tmp_path / "nope.duckdb")
@@ -359,7 +361,7 @@ def test_summary_threshold_on_missing_metric_is_not_a_violation(db, monkeypatch)
     assert r.exit_code == 0 and "not evaluated" in r.stdout
 
 
-def test_summary_subprocess_one_off_traces():
+def test_summary_subprocess_one_off_traces(proc):
     p = proc("summary", "fixtures/example", "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["ranks"] == 8
@@ -379,7 +381,7 @@ def test_report(db, tmp_path):
     assert run("report", db).exit_code == 2  # -o is required
 
 
-def test_quickstart_command_as_subprocess(tmp_path):
+def test_quickstart_command_as_subprocess(tmp_path, proc):
     """The README's first command, minus the set-up: one-off traces straight to a report."""
     p = proc("report", "fixtures/example", "-o", tmp_path / "report.html")
     assert p.returncode == 0, p.stderr
@@ -401,7 +403,7 @@ def test_quickstart_command_as_subprocess(tmp_path):
     (["query", "{db}", "run_overview", "--format", "parquet"], 2),
     (["frobnicate"], 2),
 ])
-def test_subprocess(db, args, code):
+def test_subprocess(db, args, code, proc):
     p = proc(*[a.replace("{db}", str(db)) for a in args])
     assert p.returncode == code, p.stderr
     if code == 0 and args[0] != "--version":
@@ -410,11 +412,12 @@ def test_subprocess(db, args, code):
         assert p.stderr.startswith("Error: ")
 
 
-def test_sql_stdin_subprocess(db):
+def test_sql_stdin_subprocess(db, proc):
     p = proc("sql", db, "-", "--format", "csv", input="SELECT count(*) AS n FROM files")
     assert p.returncode == 0 and p.stdout == "n\n8\n"
 
 
+@pytest.mark.subprocess  # tier: subprocess (runs the installed console script)
 def test_console_script_entry_point():
     from importlib.metadata import PackageNotFoundError, entry_points
 

@@ -22,6 +22,9 @@ from nsys2comm.errors import UsageError
 if not ju.os.environ.get("CI"):
     pytest.importorskip("distributed")  # outside CI only: CI installs the extra, and there these must run
 
+# tier: subprocess (every test here starts nsys2comm or Python processes)
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="module")
 def client():

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from nsys2comm import db
 
 CREATOR = """
@@ -21,6 +23,9 @@ con = duckdb.connect(scratch); con.execute("CHECKPOINT"); con.close()  # a new, 
 f.write(open(scratch, "rb").read()); f.flush()
 f.close()                               # releases the lock
 """
+
+# tier: subprocess (every test here starts nsys2comm or Python processes)
+pytestmark = pytest.mark.subprocess
 
 
 def test_second_writer_waits_for_a_database_being_created(tmp_path):

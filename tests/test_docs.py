@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 CLI_DOC = ROOT / "docs" / "cli.md"
@@ -91,6 +93,7 @@ def test_every_command_is_in_the_readme():
         assert f"nsys2comm {cmd}" in text, cmd
 
 
+@pytest.mark.subprocess  # tier: subprocess (every command's --help from a fresh process)
 def test_command_reference_matches_help():
     assert _block(CLI_DOC.read_text(), "COMMANDS") == command_reference(), \
         "docs/cli.md is stale: run python tests/test_docs.py --update"

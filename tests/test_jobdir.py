@@ -24,6 +24,9 @@ from nsys2comm import db as dbmod
 from nsys2comm.cli import app
 from nsys2comm.errors import InputError, UsageError
 
+# tier: subprocess (every test here starts nsys2comm or Python processes)
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="session")
 def jobs_base(tmp_path_factory) -> Path:

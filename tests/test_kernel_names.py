@@ -144,6 +144,7 @@ def signature(draw):
     return f"{ret}{name}{t}{params}{lam if params else ''}"
 
 
+@pytest.mark.slow  # tier: slow (brute force over generated cases; CI runs it)
 @settings(max_examples=300, deadline=None)
 @given(names=st.lists(signature(), min_size=1, max_size=20))
 def test_sql_matches_oracle_on_generated_signatures(con, names):

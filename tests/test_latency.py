@@ -199,6 +199,7 @@ def test_cross_source_matched_rows_identical(tmp_path):
     assert out[0] == out[1]
 
 
+@pytest.mark.slow  # tier: slow (brute force over generated cases; CI runs it)
 @settings(max_examples=25, deadline=None)
 @given(st.integers(2, 40), st.floats(0.5, 200), st.integers(0, 3), st.integers(0, 10_000))
 def test_theil_sen_vs_brute_force(alpha_us, beta_gbps, outliers, seed):

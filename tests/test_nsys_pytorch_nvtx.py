@@ -150,6 +150,7 @@ def _brute_groups(names):
     return out
 
 
+@pytest.mark.slow  # tier: slow (brute force over generated cases; CI runs it)
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(["ncclGroupStart", "ncclGroupEnd", "ncclSend", "ncclRecv"]), max_size=25))
 def test_group_depth_matches_brute_force(names):

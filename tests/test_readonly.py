@@ -47,6 +47,9 @@ ESCAPES = {
 # escapes that only read (a file, a URL, an extension): beyond writing nothing, their last statement must fail
 MUST_FAIL = {"read_url", "read_local", "sqlite_scan", "temp_secret", "attach_other", "load", "install"}
 
+# tier: subprocess (every test here starts nsys2comm or Python processes)
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="module")
 def job_db(tmp_path_factory) -> Path:

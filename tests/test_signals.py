@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+# tier: subprocess (every test here signals a running nsys2comm process)
+pytestmark = [pytest.mark.subprocess,
+              pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")]
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENT = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 1, "ts": 1, "dur": 1, "args": {}}'

@@ -471,6 +471,52 @@ def gemm_contention_chart(df: pl.DataFrame) -> alt.Chart:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# GEMM efficiency (gemm_efficiency)
+
+MAX_GEMM_POINTS = 2000  # kernels drawn: the longest
+
+
+@consumes(gemm_efficiency=("short_name", "m", "n", "k", "batch", "dtype", "duration_ns", "device_model", "math",
+                           "peak_tflops", "ridge_flops_per_byte", "arithmetic_intensity", "achieved_tflops",
+                           "pct_of_peak", "bound"))
+def gemm_roofline_chart(df: pl.DataFrame) -> alt.LayerChart:
+    """Log-log scatter of achieved TFLOP/s against arithmetic intensity, one point per main GEMM kernel (the
+    longest MAX_GEMM_POINTS), with each (device, math type)'s roofline: the slope peak / ridge below the ridge point,
+    the peak above it."""
+    d = (df.filter(pl.col("achieved_tflops").is_not_null() & pl.col("arithmetic_intensity").is_not_null())
+         .sort(["duration_ns", "m", "n", "k"], descending=[True, False, False, False]).head(MAX_GEMM_POINTS)
+         .with_columns(pl.concat_str([pl.col("device_model").fill_null("?"), pl.col("math").fill_null("?")],
+                                     separator=" ").alias("roofline"),
+                       pl.format("{}×{}×{} ×{}", "m", "n", "k", "batch").alias("shape"),
+                       _in("duration_ns", "us").alias("duration_us")))
+    lo = max(float(d["arithmetic_intensity"].min()) / 2, 1e-3)
+    hi = float(d["arithmetic_intensity"].max()) * 2
+    roofs = d.filter(pl.col("ridge_flops_per_byte").is_not_null()).unique(
+        ["roofline", "peak_tflops", "ridge_flops_per_byte"], maintain_order=True)
+    rows = []
+    for r in roofs.iter_rows(named=True):
+        peak, ridge = r["peak_tflops"], r["ridge_flops_per_byte"]
+        for x in sorted({lo, min(max(ridge, lo), max(hi, ridge)), max(hi, ridge * 2)}):
+            rows.append({"roofline": r["roofline"], "ai": x, "tflops": min(peak, x * peak / ridge)})
+    lines = pl.DataFrame(rows, schema={"roofline": pl.Utf8, "ai": pl.Float64, "tflops": pl.Float64})
+    title = _title("GEMM roofline", "Achieved TFLOP/s per kernel against FLOPs per byte moved; lines: the device's "
+                                    "peak and memory-bandwidth roof per math type")
+    x = alt.X("arithmetic_intensity:Q", title="arithmetic intensity (FLOP/byte, log)", scale=alt.Scale(type="log"))
+    y = alt.Y("achieved_tflops:Q", title="achieved TFLOP/s (log)", scale=alt.Scale(type="log"))
+    points = alt.Chart(d).mark_circle(opacity=0.6).encode(
+        x=x, y=y, color=alt.Color("roofline:N", title="device, math"),
+        size=alt.Size("duration_us:Q", title="duration (µs)", legend=None),
+        tooltip=[alt.Tooltip("short_name:N", title="kernel"), alt.Tooltip("shape:N", title="M×N×K ×batch"),
+                 alt.Tooltip("dtype:N"), alt.Tooltip("duration_us:Q", title="duration (µs)", format=",.1f"),
+                 alt.Tooltip("achieved_tflops:Q", title="TFLOP/s", format=",.2f"),
+                 alt.Tooltip("pct_of_peak:Q", title="% of peak", format=",.1f"), alt.Tooltip("bound:N")])
+    roof = alt.Chart(lines).mark_line(strokeDash=[4, 3]).encode(
+        x=alt.X("ai:Q", scale=alt.Scale(type="log")), y=alt.Y("tflops:Q", scale=alt.Scale(type="log")),
+        color=alt.Color("roofline:N"), tooltip=[alt.Tooltip("roofline:N"), alt.Tooltip("tflops:Q", format=",.1f")])
+    return alt.layer(roof, points, title=title).properties(width=WIDTH - 200, height=360)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Why ranks arrive late (late_arrival_causes)
 
 # the four parts of a rank's segment since its previous collective of the group, in the order they stack

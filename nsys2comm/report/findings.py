@@ -363,6 +363,37 @@ def lateness_findings(causes: pl.DataFrame, host_ops: pl.DataFrame | None = None
     return [Finding(text + ".", "sec-lateness", "warning" if straggler or 2 * mine.height >= total else "info")]
 
 
+@consumes(gemm_overview=("gemm_time_pct", "covered_pct", "gemm_efficiency_pct", "low_efficiency_time_pct",
+                         "low_pct", "device_model", "main_math", "above_peak_ops", "mfu_pct"),
+          gemm_shape_groups=("m", "n", "k", "batch", "dtype", "gemm_time_pct", "efficiency_pct", "rule_broken",
+                             "rule_detail"))
+def gemm_findings(overview: pl.DataFrame, groups: pl.DataFrame | None = None) -> list[Finding]:
+    """The share of GEMM time below the low-efficiency line against the device's peak, the largest shape group
+    with the rule it breaks, rates above the peak, and MFU when a model was given."""
+    o = overview.row(0, named=True)
+    out: list[Finding] = []
+    if is_num(o["gemm_efficiency_pct"]) and is_num(o["gemm_time_pct"]) and o["gemm_time_pct"] >= MIN_SHARE_PCT:
+        peak = f"the {o['device_model']}'s {o['main_math']} peak" if o["device_model"] else "the peak"
+        text = (f"GEMMs take {pct(o['gemm_time_pct'])} of GPU-busy time at {pct(o['gemm_efficiency_pct'])} of their "
+                f"peak (time-weighted over the {pct(o['covered_pct'])} of GEMM time with shapes); "
+                f"{pct(o['low_efficiency_time_pct'])} of that time runs at < {o['low_pct']:g} % of {peak}")
+        top = groups.row(0, named=True) if groups is not None and groups.height else None
+        if top and top["rule_broken"] and top["rule_broken"] != "none" and top["rule_detail"]:
+            text += (f"; the largest group (M={top['m']}, N={top['n']}, K={top['k']}"
+                     + (f", batch {top['batch']}" if top["batch"] != 1 else "")
+                     + f", {top['dtype'] or 'dtype unknown'}: {pct(top['gemm_time_pct'])} of GEMM time) breaks a "
+                     f"shape rule: {top['rule_detail'].split('; ')[0]}")
+        low = is_num(o["low_efficiency_time_pct"]) and o["low_efficiency_time_pct"] >= WARN_PCT
+        out.append(Finding(text + ".", "sec-gemm", "warning" if low else "info"))
+    if o["above_peak_ops"]:
+        out.append(Finding(f"{o['above_peak_ops']} GEMM op(s) would run faster than the device's peak: a wrong shape, "
+                           "device or clock; their rates are left out.", "sec-gemm", "warning"))
+    if is_num(o["mfu_pct"]):
+        out.append(Finding(f"Model FLOPs utilisation: {pct(o['mfu_pct'])} (gemm_overview.mfu_basis says what it "
+                           "assumes).", "sec-gemm"))
+    return out
+
+
 # finding function, the catalog objects it takes (in order), the section it belongs to
 FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
     (overlap_findings, ("overlap_by_rank",), "sec-overlap"),
@@ -376,11 +407,13 @@ FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
     (start_skew_findings, ("collective_skew",), "sec-skew"),
     (lateness_findings, ("late_arrival_causes", "late_rank_host_ops", "rank_wait"), "sec-lateness"),
     (volume_findings, ("volume_check",), "sec-volume"),
+    (gemm_findings, ("gemm_overview", "gemm_shape_groups"), "sec-gemm"),
 ]
 
 
 # inputs a finding can do without (passed as None when missing)
-OPTIONAL_INPUTS: dict[Callable, set[str]] = {lateness_findings: {"late_rank_host_ops", "rank_wait"}}
+OPTIONAL_INPUTS: dict[Callable, set[str]] = {lateness_findings: {"late_rank_host_ops", "rank_wait"},
+                                             gemm_findings: {"gemm_shape_groups"}}
 
 
 def all_findings(frames: dict[str, pl.DataFrame | None]) -> list[Finding]:

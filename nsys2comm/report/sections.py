@@ -76,6 +76,11 @@ QUERIES: list[Query] = [
                                        "micro_batch=…,vocab=…,dtype=bf16, or a config.json), or the layout's degrees "
                                        "are unknown (--layout); the measured bytes are in 'nsys2comm query DB "
                                        "volume_check'")),
+    Query("gemm_efficiency", empty="the job has no GEMM kernels",
+          all_null=("achieved_tflops", "no GEMM rate: the trace records no shapes (record_shapes=True), or the device "
+                                       "has no known peak (see gemm_overview.efficiency_reason; --peak-tflops)")),
+    Query("gemm_shape_groups", empty="no GEMM kernel has a recorded shape (profile with record_shapes=True)"),
+    Query("gemm_overview"),
 ]
 
 
@@ -158,6 +163,15 @@ def host_ops_rows(df: pl.DataFrame) -> pl.DataFrame:
 
 
 MAX_GROUP_ROWS = 32
+GEMM_GROUP_COLUMNS = (
+    ("m", "M", "int"), ("n", "N", "int"), ("k", "K", "int"), ("batch", "batch", "int"), ("dtype", "dtype", ""),
+    ("ops", "ops", "int"), ("total_ns", "total (ms)", "ms"), ("gemm_time_pct", "share of GEMM time (%)", "pct"),
+    ("achieved_tflops", "TFLOP/s", "pct"), ("efficiency_pct", "% of peak", "pct"),
+    ("rule_broken", "rule broken", "title:rule_detail"), ("suggested_m", "suggested M", "int"),
+    ("suggested_n", "suggested N", "int"), ("suggested_k", "suggested K", "int"),
+    ("expected_gain_pct", "estimated gain (%)", "title:gain_basis"),
+)
+MAX_GEMM_GROUPS = 20
 MAX_VOLUME_ROWS = 60
 RANK_COLUMNS = (
     ("rank", "rank", ""), ("host", "host", ""), ("gpus", "GPUs", ""), ("source", "source", ""),
@@ -292,6 +306,19 @@ SECTIONS: list[SectionSpec] = [
         TableSpec("table-groups", "parallel_layout", GROUP_COLUMNS, "layout", "group|pg_", max_rows=MAX_GROUP_ROWS),
         TableSpec("table-volume", "volume_check", VOLUME_COLUMNS, "volume", max_rows=MAX_VOLUME_ROWS),
     )),
+    SectionSpec("sec-gemm", "GEMM efficiency",
+                "How fast each GEMM ran against the device's dense peak for its dtype (docs/gemm-peaks.md; "
+                "--peak-tflops overrides it), from the shapes the trace records for the op that launched it. A rate "
+                "above the peak cannot be real and is left out. Then the GEMM shapes that cost most time: their "
+                "time-weighted efficiency, the first shape rule they break (alignment to the dtype's tensor-core "
+                "granularity, tile or wave quantization; the tooltip has the numbers) and the nearest aligned shape "
+                "with its estimated gain under the tile-and-wave model (tooltip: the basis).", (
+        ChartSpec("chart-gemm-roofline", "Achieved TFLOP/s against arithmetic intensity (log-log), one point per GEMM "
+                  "kernel, size = duration; dashed: the roofline of each device and math type.",
+                  ch.gemm_roofline_chart, ("gemm_efficiency",), "gemm|shape|record_shapes"),
+        TableSpec("table-gemm-groups", "gemm_shape_groups", GEMM_GROUP_COLUMNS, "gemm", "gemm|shape",
+                  max_rows=MAX_GEMM_GROUPS),
+    )),
 ]
 
 
@@ -363,4 +390,5 @@ declare(f"{__name__}.DEGREE_COLUMNS", parallel_degrees=_title_columns(DEGREE_COL
 declare(f"{__name__}.GROUP_COLUMNS", parallel_layout=_title_columns(GROUP_COLUMNS))
 declare(f"{__name__}.VOLUME_COLUMNS", volume_check=_title_columns(VOLUME_COLUMNS))
 declare(f"{__name__}.PAIR_COLUMNS", serialised_pairs=_title_columns(PAIR_COLUMNS))
+declare(f"{__name__}.GEMM_GROUP_COLUMNS", gemm_shape_groups=_title_columns(GEMM_GROUP_COLUMNS))
 declare(f"{__name__}.HOST_OP_COLUMNS", late_rank_host_ops=("late_rank", "op_name", "op_kind", "calls", "self_ns"))
