@@ -489,8 +489,8 @@ def gemm_roofline_chart(df: pl.DataFrame) -> alt.LayerChart:
                                      separator=" ").alias("roofline"),
                        pl.format("{}×{}×{} ×{}", "m", "n", "k", "batch").alias("shape"),
                        _in("duration_ns", "us").alias("duration_us")))
-    lo = max(float(d["arithmetic_intensity"].min()) / 2, 1e-3)
-    hi = float(d["arithmetic_intensity"].max()) * 2
+    lo = max(float(d["arithmetic_intensity"].min()) / 2, 1e-3) if d.height else 1.0
+    hi = float(d["arithmetic_intensity"].max()) * 2 if d.height else 1e3
     roofs = d.filter(pl.col("ridge_flops_per_byte").is_not_null()).unique(
         ["roofline", "peak_tflops", "ridge_flops_per_byte"], maintain_order=True)
     rows = []

@@ -167,9 +167,9 @@ GEMM_GROUP_COLUMNS = (
     ("m", "M", "int"), ("n", "N", "int"), ("k", "K", "int"), ("batch", "batch", "int"), ("dtype", "dtype", ""),
     ("ops", "ops", "int"), ("total_ns", "total (ms)", "ms"), ("gemm_time_pct", "share of GEMM time (%)", "pct"),
     ("achieved_tflops", "TFLOP/s", "pct"), ("efficiency_pct", "% of peak", "pct"),
-    ("rule_broken", "rule broken", "title:rule_detail"), ("suggested_m", "suggested M", "int"),
+    ("rule_broken", "rule broken", "title:rule_detail"), ("suggested_m", "suggested M", "title:gain_basis"),
     ("suggested_n", "suggested N", "int"), ("suggested_k", "suggested K", "int"),
-    ("expected_gain_pct", "estimated gain (%)", "title:gain_basis"),
+    ("expected_gain_pct", "estimated gain (%)", "pct"),
 )
 MAX_GEMM_GROUPS = 20
 MAX_VOLUME_ROWS = 60
