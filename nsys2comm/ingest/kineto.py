@@ -160,13 +160,32 @@ def _process(events, rank: int) -> tuple[dict[str, pa.Table], _State]:
     return tables, st
 
 
-def _decode_process(data: bytes, rank: int):
+# Decoders a reader can be told to use (ReadOptions.extra["kineto_decoder"], or NSYS2COMM_KINETO_DECODER where
+# the options do not say): "fast" (msgspec Structs, the default) or "tolerant" (decode_events_slow for every block:
+# orjson and a conversion per event, 3-4x slower). The tolerant one is the reference the fast one is held to: the
+# same canonical rows on every fixture, real trace and format variant (tests/test_decoder_equality.py).
+DECODERS = ("fast", "tolerant")
+DECODER_ENV = "NSYS2COMM_KINETO_DECODER"
+
+
+def decoder_of(options: ReadOptions) -> str:
+    """The decoder a read uses; an unknown name is refused (a typo must not silently measure the default)."""
+    name = options.extra.get("kineto_decoder") or os.environ.get(DECODER_ENV) or "fast"
+    if name not in DECODERS:
+        raise InputError(f"names an unknown Kineto decoder {name!r} (kineto_decoder / {DECODER_ENV})",
+                         hint=f"use one of {', '.join(DECODERS)}")
+    return name
+
+
+def _decode_process(data: bytes, rank: int, decoder: str = "fast"):
     """Decode a JSON array of events and build its rows: the fast path; for epoch ts finer than float64 the one
-    that keeps their digits; else (event fields of odd types) the tolerant one. msgspec.DecodeError when ``data``
-    is not a JSON array."""
+    that keeps their digits; else (event fields of odd types) the tolerant one, which ``decoder="tolerant"`` uses
+    for every block. msgspec.DecodeError when ``data`` is not a JSON array."""
     was = gc.isenabled()
     gc.disable()  # millions of small objects, none cyclic: collections would cost ~40 % of the time
     try:
+        if decoder == "tolerant":
+            return _process(decode_events_slow(data), rank)
         try:
             try:
                 return _process((decode_events_exact if has_epoch_fraction_ts(data) else decode_events)(data), rank)
@@ -179,15 +198,15 @@ def _decode_process(data: bytes, rank: int):
             gc.enable()
 
 
-def _work(piece: bytes, rank: int):
+def _work(piece: bytes, rank: int, decoder: str = "fast"):
     """Worker: decode one raw piece (see kineto_stream.iter_raw); None when the cut was not at top level."""
     try:
-        return _decode_process(b"[" + piece + CLOSE_PIECE, rank)
+        return _decode_process(b"[" + piece + CLOSE_PIECE, rank, decoder)
     except msgspec.DecodeError:
         return None
 
 
-def _work_range(path: str, lo: int, hi: int, rank: int):
+def _work_range(path: str, lo: int, hi: int, rank: int, decoder: str = "fast"):
     """Worker: read bytes [lo, hi) of an uncompressed trace itself (no copy through the parent) and decode them."""
     n = len(CLOSE_PIECE)
     buf = bytearray(hi - lo + 1 + n)  # '[' + bytes + CLOSE_PIECE without a copy: msgspec decodes a bytearray
@@ -196,16 +215,16 @@ def _work_range(path: str, lo: int, hi: int, rank: int):
         f.seek(lo)
         f.readinto(memoryview(buf)[1:-n])
     try:
-        return _decode_process(buf, rank)
+        return _decode_process(buf, rank, decoder)
     except msgspec.DecodeError:
         return None
 
 
-def _work_file(path: str, rank: int):
+def _work_file(path: str, rank: int, decoder: str = "fast"):
     """Worker: decode a raw piece the parent wrote to a spool file (the parent removes it once the result is in).
     Through a pipe, pieces were pickled, copied in 64 KB writes and unpickled: 1.0 s for 440 MB against 0.3 s
     through files."""
-    return _work_range(path, 0, os.path.getsize(path), rank)
+    return _work_range(path, 0, os.path.getsize(path), rank, decoder)
 
 
 def decoder_processes(path: Path, options: ReadOptions) -> int:
@@ -255,8 +274,8 @@ class _Pieces:
     level, then (from the first cut that does not) sequentially, with validated cuts."""
 
     def __init__(self, path: Path, rank: int, limits, totals: _Totals, pool, nworkers: int,
-                 spool: str | None = None):
-        self.path, self.rank, self.limits, self.totals = path, rank, limits, totals
+                 spool: str | None = None, decoder: str = "fast"):
+        self.path, self.rank, self.limits, self.totals, self.decoder = path, rank, limits, totals, decoder
         self.pool, self.nworkers = pool, nworkers
         self.parallel = pool is not None
         self.pending = b""  # sequential mode: bytes not yet cut at a validated boundary
@@ -278,12 +297,12 @@ class _Pieces:
             try:
                 with open(name, "wb") as f:
                     f.write(piece)
-                return name, self.pool.submit(_work_file, name, self.rank)
+                return name, self.pool.submit(_work_file, name, self.rank, self.decoder)
             except OSError:  # temp space full or gone: through the pipe from now on
                 with contextlib.suppress(OSError):
                     os.unlink(name)
                 self.spool = None
-        return piece, self.pool.submit(_work, piece, self.rank)
+        return piece, self.pool.submit(_work, piece, self.rank, self.decoder)
 
     @staticmethod
     def _take(kept: bytes | str) -> bytes:
@@ -322,12 +341,12 @@ class _Pieces:
         from .kineto_stream import split_validated
 
         if not self.pending:
-            res = _work(piece, self.rank)
+            res = _work(piece, self.rank, self.decoder)
             if res is not None:
                 yield from self.totals.merge(*res)
                 return
         self.pending = self.pending + piece if self.pending else piece
-        cut, res = split_validated(self.pending, self.path, lambda data: _decode_process(data, self.rank),
+        cut, res = split_validated(self.pending, self.path, lambda data: _decode_process(data, self.rank, self.decoder),
                                    self.limits.max_event_bytes)
         if cut > 0:
             self.pending = self.pending[cut:]
@@ -340,15 +359,16 @@ class _Ranges:
     bytes. Results are merged in file order; from the first range that does not decode (a cut that was not at
     the top level), the rest of the file is read sequentially with validated cuts (``seq_from``)."""
 
-    def __init__(self, path: Path, rank: int, totals: _Totals, pool, nworkers: int):
+    def __init__(self, path: Path, rank: int, totals: _Totals, pool, nworkers: int, decoder: str = "fast"):
         self.path, self.rank, self.totals, self.pool, self.nworkers = path, rank, totals, pool, nworkers
+        self.decoder = decoder
         self.inflight: deque = deque()
         self.seq_from: int | None = None
 
     def run(self, bounds: list[int]) -> Iterator[Batch]:
         self.seq_from = bounds[-1]
         for lo, hi in zip(bounds, bounds[1:], strict=False):
-            self.inflight.append((lo, self.pool.submit(_work_range, str(self.path), lo, hi, self.rank)))
+            self.inflight.append((lo, self.pool.submit(_work_range, str(self.path), lo, hi, self.rank, self.decoder)))
             if not (yield from self._drain(keep=self.nworkers + 1)):
                 return
         yield from self._drain(keep=0)
@@ -392,6 +412,7 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
     from .kineto_stream import Limits, array_start, finish, is_gzip, iter_raw
 
     limits = Limits.from_options(options)
+    decoder = decoder_of(options)
     nworkers = decoder_processes(path, options)
     by_ranges = nworkers > 0 and not is_gzip(path)
     if by_ranges:
@@ -413,15 +434,16 @@ def _read_events(path: Path, options: ReadOptions, block: int, out: dict) -> Ite
                 with contextlib.suppress(OSError):
                     spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-")
         if by_ranges:
-            ranges = _Ranges(path, rank, totals, pool, nworkers)
+            ranges = _Ranges(path, rank, totals, pool, nworkers, decoder)
             yield from ranges.run(_plan_ranges(path, start, RANGE_BYTES if block == BLOCK else block, limits))
-            pieces = _Pieces(path, rank, limits, totals, None, 0)  # the rest, sequentially; its tail stays pending
+            # the rest, sequentially; its tail stays pending
+            pieces = _Pieces(path, rank, limits, totals, None, 0, decoder=decoder)
             with open(path, "rb") as f:
                 f.seek(ranges.seq_from)
                 while data := f.read(block):
                     yield from pieces.add(data)
         else:
-            pieces = _Pieces(path, rank, limits, totals, pool, nworkers, spool)
+            pieces = _Pieces(path, rank, limits, totals, pool, nworkers, spool, decoder)
             for what, piece in src:
                 if what == "tail":
                     tail = piece
