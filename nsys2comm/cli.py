@@ -526,7 +526,7 @@ def summary(
         if json_:
             out_.write_document(s)
         else:
-            out_.text(format_summary(s))
+            out_.text(format_summary(s, width=out_.text_width()))  # wrapped to the terminal, at most 100
         job.close()
         _gate(s, strict)
         _exit_partial(job)

@@ -575,6 +575,12 @@ def _terminal_width(stream: IO) -> int | None:
     return Console(file=stream).width
 
 
+def text_width(stream: IO | None = None, cap: int = 100) -> int:
+    """The width to wrap text for people (the summary): the terminal's when ``stream`` is one, at most ``cap``."""
+    width = _terminal_width(stream or sys.stdout)
+    return cap if width is None else max(min(width, cap), 20)
+
+
 def _write_table(df: pl.DataFrame, stream: IO[str], stderr: IO | None = None, *, keys: list[str] | None = None,
                  exact: bool = False, note: str | None = None) -> None:
     """On a terminal: fit its width and say which columns were left out. Elsewhere: every column in full."""

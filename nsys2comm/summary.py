@@ -563,29 +563,38 @@ def _busbw_text(w: dict) -> str:
     return f", bus bandwidth {w['busbw_gbps']:.2f} GB/s (transfer time, waiting excluded{peak}{part}{assumed})"
 
 
-def format_summary(s: dict) -> str:
-    """The summary as a few lines of text."""
+# the widest line of the text summary where no terminal says otherwise (summary --width, or the terminal's)
+TEXT_WIDTH = 100
+
+
+def wrap_lines(lines: list[str], width: int | None = TEXT_WIDTH) -> str:
+    """Lines of text wrapped to ``width`` at spaces (a number or name is never split; a word longer than the
+    width stays whole), continuation lines indented by two spaces; ``width=None``: as they are."""
+    import textwrap
+
+    if width is None:
+        return "\n".join(lines)
+    out: list[str] = []
+    for line in lines:
+        out += textwrap.wrap(line, width, subsequent_indent="  ", break_long_words=False,
+                             break_on_hyphens=False) or [""]
+    return "\n".join(out)
+
+
+def format_summary(s: dict, width: int | None = None) -> str:
+    """The summary as a few lines of text, wrapped to ``width`` (:func:`wrap_lines`; the CLI passes the terminal's,
+    at most :data:`TEXT_WIDTH`); ``None``: one line per item."""
+    return wrap_lines(_summary_lines(s), width)
+
+
+def _summary_lines(s: dict) -> list[str]:
     if not s["files"]:
         lines = [f"job: {NO_TRACES}"] + [f"missing: {m}" for m in s["missing"]]
         lines += [f"threshold {t['name'].replace('_', '-')} {t['limit']:g}: not evaluated (no traces)"
                   for t in s["thresholds"]]
-        return "\n".join(lines)
+        return lines
     lines = [f"job: {s['ranks']} rank(s) from {s['files']} file(s) ({', '.join(s['sources']) or 'none'})"]
-    lines.append(f"communication: {pct(s['comm_share_pct'], 1)} of GPU-busy time ({duration(s['comm_ns'])} of "
-                 f"{duration(s['gpu_busy_ns'])}, summed over ranks)")
-    lines.append(f"overlap with compute: {pct(s['overlap_pct'], 1)} of communication time")
-    worst = (f"; worst rank {s['worst_rank']}: {pct(s['worst_rank_exposed_comm_pct'], 1)}"
-             if s.get("worst_rank") is not None else "")
-    lines.append(f"exposed communication: {duration(s['exposed_comm_ns'])} = {pct(s['exposed_comm_pct'], 1)} "
-                 f"of GPU-busy time{worst}")
-    w = s.get("worst_collective")
-    if w:
-        bw = _busbw_text(w)
-        sizes = size(w.get("msg_bytes")) + (f"–{size(w['msg_bytes_hi'])}" if w.get("msg_bytes_hi") else "")
-        lines.append(f"worst collective: {w['collective']} {sizes} × {w.get('count') or '?'}"
-                     f" = {duration(w['total_ns'])}{bw}")
-    else:
-        lines.append("worst collective: n/a")
+    lines += _communication_lines(s)
     lines += _latency_lines(s)
     if s.get("exposed_by_cause"):
         caveat = " (single-rank job: waiting for other ranks is not seen as arrival skew)" \
@@ -624,7 +633,45 @@ def format_summary(s: dict) -> str:
         status = {True: "ok", False: "VIOLATED", None: "not evaluated (metric not available)"}[t["ok"]]
         val = "n/a" if t["value"] is None else f"{t['value']:g}"
         lines.append(f"threshold {t['name'].replace('_', '-')} {t['limit']:g}: {status} (value {val})")
-    return "\n".join(lines)
+    return lines
+
+
+NO_COMM = "no communication kernels"
+
+
+def _no_comm(s: dict) -> bool:
+    """GPU work was measured and none of it is communication (not: nothing measured)."""
+    return s.get("comm_ns") == 0 and bool(s.get("gpu_busy_ns"))
+
+
+def _communication_lines(s: dict) -> list[str]:
+    """Communication share, overlap, exposed communication and the worst collective; one reason where the job
+    has no communication kernels, never "0.00 ns of 1.93 s"."""
+    if _no_comm(s):
+        return [f"communication: {NO_COMM} ({duration(s['gpu_busy_ns'])} GPU-busy time, summed over ranks)",
+                f"overlap with compute: n/a ({NO_COMM})", f"exposed communication: none ({NO_COMM})",
+                f"worst collective: n/a ({NO_COMM})"]
+    worst = (f"; worst rank {s['worst_rank']}: {pct(s['worst_rank_exposed_comm_pct'], 1)}"
+             if s.get("worst_rank") is not None else "")
+    lines = [f"communication: {pct(s['comm_share_pct'], 1)} of GPU-busy time ({duration(s['comm_ns'])} of "
+             f"{duration(s['gpu_busy_ns'])}, summed over ranks)",
+             f"overlap with compute: {pct(s['overlap_pct'], 1)} of communication time",
+             f"exposed communication: {duration(s['exposed_comm_ns'])} = {pct(s['exposed_comm_pct'], 1)} "
+             f"of GPU-busy time{worst}"]
+    w = s.get("worst_collective")
+    if w:
+        sizes = size(w.get("msg_bytes")) + (f"–{size(w['msg_bytes_hi'])}" if w.get("msg_bytes_hi") else "")
+        ops = w.get("count")
+        lines.append(f"worst collective: {w['collective']} {sizes}, {ops if ops is not None else '?'} "
+                     f"op{'s' if ops != 1 else ''} = {duration(w['total_ns'])}{_busbw_text(w)}")
+    else:
+        lines.append("worst collective: n/a" + _see_missing(s, "worst_collective"))
+    return lines
+
+
+def _see_missing(s: dict, key: str) -> str:
+    """' (see missing: key)' when ``missing`` has a line for ``key``, else '' (the reason is said there)."""
+    return f" (see missing: {key})" if any(m.startswith(key + ":") for m in s["missing"]) else ""
 
 
 def _latency_lines(s: dict) -> list[str]:
@@ -638,8 +685,14 @@ def _latency_lines(s: dict) -> list[str]:
                  if p.get("small_msg_share_pct") is not None else "small-message share not evaluated")
         fit = f" (fit: {p['fit_quality']})" if p.get("fit_quality") else ""
         lines.append(f"point-to-point: {share}; latency α {alpha}{beta}{fit}")
-    else:
-        lines.append("point-to-point: n/a")
+    elif _see_missing(s, "p2p"):
+        lines.append("point-to-point: not available" + _see_missing(s, "p2p"))
+    elif _no_comm(s):
+        lines.append(f"point-to-point: n/a ({NO_COMM})")
+    elif s.get("ranks") == 1:
+        lines.append("point-to-point: n/a (a single-rank job: send/recv cannot be matched across ranks)")
+    else:  # latency_model has no p2p row
+        lines.append("point-to-point: n/a (no send/recv matched across ranks)")
     if s.get("latency_bound_pct") is not None:
         save = s.get("coalescing_saving_ms")
         lines.append(f"latency-bound: {pct(s['latency_bound_pct'], 1)} of transfer time below n½ of the 'ok' α-β fits "
@@ -664,7 +717,8 @@ def _volume_lines(s: dict) -> list[str]:
             parts.append(f"undecided groups ({undecided}: give --layout)")
         if parts and unknown:
             parts.append("unknown: " + ", ".join(unknown))
-        if parts or not unknown:
+        # without communication, "no dimension" rests on absence alone: nothing is known, so no line
+        if parts or not (unknown or _no_comm(s)):
             out.append("parallel layout: " + (", ".join(parts) if parts else "no parallel dimension found"))
     vol = s.get("volume_check")
     if vol is None:
