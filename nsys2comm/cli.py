@@ -738,6 +738,11 @@ def query(
     param: Annotated[list[str] | None, typer.Option("--param", "-p", metavar="KEY=VALUE",
                                                        help="Parameter of the query (repeatable).",
                                                        show_default=False)] = None,
+    step_marker: Annotated[str | None, typer.Option(
+        "--step-marker", metavar="NAME", show_default=False,
+        help="Name of the NVTX or annotation range that marks one iteration (e.g. train_step; also 'train_step 12'): "
+             "the 'marker' parameter of the queries that take one (iterations, rank_iteration_breakdown, "
+             "iteration_trend, iteration_critical_path, critical_path_segments).")] = None,
     fmt: FormatOpt = None,
     output: OutOpt = None,
     columns: ColumnsOpt = None,
@@ -759,9 +764,10 @@ def query(
       nsys2comm query run.duckdb comm_kernels --timeunit us
       nsys2comm query run.duckdb collective_bandwidth -c collective,bucket_lo_bytes,busbw_gbps
       nsys2comm query /shared/job42/ overlap_by_rank --dask-local 4
+      nsys2comm query run.nsys-rep iteration_trend --step-marker train_step
     """
     with _errors():
-        params = parse_params(param)
+        params = _with_step_marker(name, parse_params(param), step_marker)
         out_.infer_format(fmt, output)  # usage errors before any work
         wanted = out_.parse_columns(columns)
         _check_query(name, params)
@@ -773,6 +779,21 @@ def query(
                     keys=obj.key_columns if obj else None)
         job.close()
         _exit_partial(job)
+
+
+def _with_step_marker(name: str, params: dict, marker: str | None) -> dict:
+    """``params`` with ``--step-marker`` as the query's 'marker' parameter; a usage error where it takes none."""
+    if marker is None:
+        return params
+    obj = catalog.find(name)
+    if obj is None:
+        return params  # _check_query names the unknown query
+    if "marker" not in obj.params:
+        takers = ", ".join(o.name for o in catalog.load_catalog() if o.public and "marker" in o.params)
+        raise UsageError(f"{name} takes no step marker", hint=f"queries that do: {takers}")
+    if "marker" in params and params["marker"] != marker:
+        raise UsageError("--step-marker and -p marker= disagree", hint="give one of them")
+    return {**params, "marker": marker}
 
 
 def _check_query(name: str, params: dict) -> None:
