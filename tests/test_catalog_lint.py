@@ -8,6 +8,7 @@ import re
 import pytest
 
 from nsys2comm import catalog
+from nsys2comm.output import is_timestamp_column
 
 MINE = [o for o in catalog.load_catalog() if o.area != "prelude"]  # every analysis area, present and future
 PUBLIC = [o for o in MINE if o.public]
@@ -75,10 +76,14 @@ def test_columns_match_and_units(con, obj):
         sql = f"DESCRIBE SELECT * FROM {obj.name}({args})"
     else:
         sql = f"DESCRIBE SELECT * FROM {obj.name}" + ("" if obj.kind == "view" else f"({_lint_args(con, obj)})")
-    real = [r[0] for r in con.execute(sql).fetchall()]
+    described = con.execute(sql).fetchall()
+    real = [r[0] for r in described]
     assert real == list(obj.columns), f"{obj.name}: documented {list(obj.columns)} != real {real}"
     if not obj.public:
         return
+    for col, kind, *_ in described:  # the one time rule: a timestamp is an integer ns on the timeline
+        if is_timestamp_column(col):
+            assert kind in ("BIGINT", "INTEGER", "HUGEINT"), f"{obj.name}.{col}: a timestamp must be integer ns"
     for col in real:
         if col in UNITLESS_OK:
             continue
@@ -104,3 +109,51 @@ def test_no_range_joins():
         body = re.sub(r"--.*", "", obj.sql)
         range_join = r"\bJOIN\b[^;]*?\bON\b[^;]*?(start_ns|\.s)\s*<\s*\w+\.(end_ns|e)\b"
         assert not re.search(range_join, body, re.I | re.S), obj.name
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# tier 1: key columns (-- @column name [key]: doc), the default set of a table on a narrow terminal (issue 41)
+
+FIGURE_SUFFIXES = ("_ns", "_pct", "_gbps", "_us", "_tflops")  # the figures an object exists for
+
+
+def _figure(col: str) -> bool:
+    return col.endswith(FIGURE_SUFFIXES) and not is_timestamp_column(col)
+
+
+@pytest.mark.parametrize("obj", [o for o in PUBLIC if o.columns], ids=lambda o: o.name)
+def test_key_columns(obj):
+    keys = obj.key_columns
+    assert keys, f"{obj.name}: no @column marked [key] (the columns a narrow terminal shows first)"
+    assert set(keys) <= set(obj.columns) and keys == [c for c in obj.columns if c in keys]
+    stamps = [k for k in keys if is_timestamp_column(k)]
+    assert not stamps, f"{obj.name}: epoch timestamps are never key columns: {stamps}"
+    if not _figure(next(iter(obj.columns))):  # identifiers first, as the object's own columns are
+        assert not _figure(keys[0]), f"{obj.name}: the first key column {keys[0]} should identify the row"
+    if any(_figure(c) for c in obj.columns):  # then the figures the object exists for
+        assert any(_figure(k) for k in keys), f"{obj.name}: no figure among the key columns {keys}"
+
+
+def test_key_mark_is_parsed_and_kept_out_of_the_docs(tmp_path):
+    f = tmp_path / "x.sql"
+    f.write_text("-- @macro demo\n-- Demo.\n-- @column rank [key]: Rank.\n-- @column start_ns: Start (ns).\n"
+                 "-- @column busbw_gbps  [key] : Bus bandwidth.\nCREATE MACRO demo() AS TABLE SELECT 1;\n")
+    _, (obj,) = catalog.parse_file(f, "demo")
+    assert obj.key_columns == ["rank", "busbw_gbps"]
+    assert obj.columns == {"rank": "Rank.", "start_ns": "Start (ns).", "busbw_gbps": "Bus bandwidth."}
+    f.write_text("-- @macro demo\n-- Demo.\n-- @param n [key]: N.\nCREATE MACRO demo(n) AS n;\n")
+    with pytest.raises(ValueError, match="marks output columns"):
+        catalog.parse_file(f, "demo")
+
+
+def test_timestamp_rule_matches_the_docs():
+    """The name decides what --timeunit/--relative shift (nsys2comm.output.is_timestamp_column); a column whose
+    doc places it on the job timeline must be named so, and offsets and durations must not be."""
+    for obj in catalog.load_catalog():
+        for col, doc in obj.columns.items():
+            if col.endswith("_ns") and re.search(r"\bon the job timeline\b", doc) and "offset" not in col:
+                assert is_timestamp_column(col), f"{obj.name}.{col}: a timestamp by its doc, not by its name"
+            if re.search(r"(offset|duration|skew|span|wait)_ns$", col):
+                assert not is_timestamp_column(col), f"{obj.name}.{col}"
+    assert is_timestamp_column("window_start_ns") and is_timestamp_column("first_ns")
+    assert is_timestamp_column("event_ts_ns") and not is_timestamp_column("start_offset_ns")

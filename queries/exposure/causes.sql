@@ -231,19 +231,19 @@ FROM rows_;
 -- this collective, starts within this time of the end it waited for. Default 10 µs: GPU-side gaps between queued
 -- kernels are 1–5 µs, while a kernel launched only after the end waits a launch call plus its GPU latency.
 -- @column kernel_id: Communication kernel (comm_kernels.kernel_id).
--- @column rank: Rank.
+-- @column rank [key]: Rank.
 -- @column step_ord: Step (_overlap_steps) whose window contains the kernel's start; NULL outside steps.
--- @column collective: Canonical collective ('unknown' when no comm_ops row).
+-- @column collective [key]: Canonical collective ('unknown' when no comm_ops row).
 -- @column stream_id: Stream of the kernel.
 -- @column start_ns: Kernel start (ns).
 -- @column end_ns: Kernel end (ns).
 -- @column kernel_exposed_ns: comm_kernels.exposed_ns of the kernel (ns).
--- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
+-- @column cause [key]: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
 -- 'nothing_to_overlap' or 'unattributed'.
--- @column exposed_ns: Exposed time attributed to this cause (ns).
+-- @column exposed_ns [key]: Exposed time attributed to this cause (ns).
 -- @column stream_compute_kernels: Computation kernels on the kernel's stream (evidence for 'serialised_stream';
 -- an 'arrival_skew' row with computation on its stream is on a serialised stream too).
--- @column wait_ns: Time the rank waited for the last-arriving rank (ns); NULL when not matched on >= 2 ranks.
+-- @column wait_ns [key]: Time the rank waited for the last-arriving rank (ns); NULL when not matched on >= 2 ranks.
 -- @column last_arriving_rank: Rank that arrived last in the kernel's matched instance, when matched.
 -- @column queued_behind_kernel_id: Communication kernel on the same stream or communicator that ended last before
 -- this one started, when any.
@@ -264,13 +264,13 @@ ORDER BY rank, start_ns, kernel_id, cause = 'arrival_skew' DESC;
 -- their order in the description of queries/exposure). Per rank, exposed_ns adds up to the sum of
 -- comm_kernels.exposed_ns. In a single-rank job arrival skew cannot be seen (late_ranks_visible = false).
 -- @param right_after_ns: Tolerance for "starts right after" (ns), see exposed_comm_by_kernel.
--- @column rank: Rank.
+-- @column rank [key]: Rank.
 -- @column step_ord: Step (_overlap_steps) whose window contains the kernels' starts; NULL outside steps.
--- @column collective: Canonical collective.
--- @column cause: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
+-- @column collective [key]: Canonical collective.
+-- @column cause [key]: 'serialised_stream', 'arrival_skew', 'serialised_communicators', 'dependency_wait',
 -- 'nothing_to_overlap' or 'unattributed'.
--- @column exposed_ns: Exposed time attributed to the cause (ns).
--- @column share_pct: 100 × exposed_ns / the exposed time of this rank, step and collective.
+-- @column exposed_ns [key]: Exposed time attributed to the cause (ns).
+-- @column share_pct [key]: 100 × exposed_ns / the exposed time of this rank, step and collective.
 -- @column kernels: Communication kernels with time in this cause.
 -- @column late_rank: For 'arrival_skew': the rank that arrived last most often (lowest on ties); else NULL.
 -- @column late_ranks_visible: False in a single-rank job: no other rank's start is seen, so waiting for other

@@ -72,20 +72,20 @@ WHERE end_ns > start_ns;
 -- end is host-bound (ns, default 10000).
 -- @param marker: As iterations: the user's iteration range name ('' default: ProfilerStep/NVTX step markers).
 -- @param min_score: As iterations (default 0.9).
--- @column rank: Rank.
--- @column iteration_index: The rank's iteration (iterations.iteration: 0, 1, ...).
+-- @column rank [key]: Rank.
+-- @column iteration_index [key]: The rank's iteration (iterations.iteration: 0, 1, ...).
 -- @column step_no: The marker's number, when there is one.
 -- @column iteration_source: 'marker', 'detected' or 'whole_capture' (iterations).
 -- @column start_ns: Iteration start (ns, the rank's own clock).
 -- @column end_ns: Iteration end (ns).
--- @column iteration_ns: end_ns − start_ns (ns).
+-- @column iteration_ns [key]: end_ns − start_ns (ns).
 -- @column gpu_compute_ns: Non-communication kernels running on any stream (ns).
--- @column comm_exposed_ns: Communication kernels running with no computation (ns).
+-- @column comm_exposed_ns [key]: Communication kernels running with no computation (ns).
 -- @column comm_hidden_ns: Communication kernels running under computation (ns; not part of the split).
 -- @column comm_transfer_ns: Part of comm_exposed_ns inside matched collectives after their last rank arrived (ns).
 -- @column comm_wait_ns: comm_exposed_ns − comm_transfer_ns: waiting for peers inside collective kernels, or
 -- communication not matched across ranks (ns).
--- @column host_bound_idle_ns: GPU idle with nothing launched (ns).
+-- @column host_bound_idle_ns [key]: GPU idle with nothing launched (ns).
 -- @column queued_idle_ns: GPU idle although work was launched (ns).
 -- @column other_idle_ns: GPU idle with no kernel after it on the rank (ns).
 -- @column launch_unknown_idle_ns: Part of host_bound_idle_ns before kernels whose launch is unknown (ns): that much
@@ -158,12 +158,12 @@ ORDER BY it.rank, it.iteration;
 -- @param epsilon_ns: As rank_iteration_breakdown (ns, default 10000).
 -- @param marker: As iterations ('' default).
 -- @param min_score: As iterations (default 0.9).
--- @column iteration_index: The rank's iteration (0, 1, ...).
--- @column rank: Rank.
+-- @column iteration_index [key]: The rank's iteration (0, 1, ...).
+-- @column rank [key]: Rank.
 -- @column iteration_source: 'marker', 'detected' or 'whole_capture'.
 -- @column step_no: The marker's number, when there is one.
--- @column iteration_ns: Iteration time (ns, rank_iteration_breakdown).
--- @column comm_exposed_ns: Exposed communication in it (ns).
+-- @column iteration_ns [key]: Iteration time (ns, rank_iteration_breakdown).
+-- @column comm_exposed_ns [key]: Exposed communication in it (ns).
 -- @column iteration_median_ns: The rank's median iteration_ns (ns).
 -- @column iteration_deviation_ns: iteration_ns − iteration_median_ns (ns).
 -- @column iteration_mad_ns: The rank's median absolute deviation of iteration_ns (ns).
@@ -171,9 +171,9 @@ ORDER BY it.rank, it.iteration;
 -- fewer than 3 iterations.
 -- @column comm_exposed_median_ns: The rank's median comm_exposed_ns (ns).
 -- @column comm_exposed_deviation_ns: comm_exposed_ns − comm_exposed_median_ns (ns).
--- @column is_outlier: |iteration_deviation_ns| > outlier_threshold_ns; NULL with fewer than 3 iterations.
+-- @column is_outlier [key]: |iteration_deviation_ns| > outlier_threshold_ns; NULL with fewer than 3 iterations.
 -- @column comm_is_outlier: The same rule on comm_exposed_ns (its own median and MAD); NULL with fewer than 3.
--- @column trend_flag: 'warmup', 'outlier' or 'normal' (is_outlier and the warm-up run); NULL with fewer than 3.
+-- @column trend_flag [key]: 'warmup', 'outlier' or 'normal' (is_outlier and the warm-up run); NULL with fewer than 3.
 -- @column drift_ns_per_iteration: The rank's slope of iteration_ns per iteration over its non-outliers (ns); NULL
 -- with fewer than 3 iterations or fewer than 2 non-outliers.
 -- @column trend_note: Why the flags are NULL, else NULL.

@@ -27,16 +27,16 @@
 -- @param epsilon_ns: As rank_iteration_breakdown (ns, default 10000).
 -- @param marker: As iterations ('' default).
 -- @param min_score: As iterations (default 0.9).
--- @column iteration_index: Iteration (iterations.iteration).
--- @column segment: 0 = the last segment (ending at the iteration's last kernel end), 1 the one before, ...
--- @column rank: Rank the path runs on.
+-- @column iteration_index [key]: Iteration (iterations.iteration).
+-- @column segment [key]: 0 = the last segment (ending at the iteration's last kernel end), 1 the one before, ...
+-- @column rank [key]: Rank the path runs on.
 -- @column start_ns: Segment start (ns, reference clock).
 -- @column end_ns: Segment end (ns, reference clock).
--- @column segment_ns: end_ns − start_ns (ns).
--- @column reached_by: 'iteration_end' (segment 0: the bound rank's last kernel) or 'last_arrival' (this rank
+-- @column segment_ns [key]: end_ns − start_ns (ns).
+-- @column reached_by [key]: 'iteration_end' (segment 0: the bound rank's last kernel) or 'last_arrival' (this rank
 -- arrived last at via_instance_key, where waiting_rank waited for it).
 -- @column via_instance_key: The collective instance at this segment's end where the path jumped (NULL for segment 0).
--- @column waiting_rank: The rank the path jumped from, which waited at that instance (NULL for segment 0).
+-- @column waiting_rank [key]: The rank the path jumped from, which waited at that instance (NULL for segment 0).
 -- @column waiting_rank_wait_ns: How long waiting_rank waited there: the instance's latest start − its arrival (ns).
 -- @column gpu_compute_ns: Non-communication kernels running (ns).
 -- @column comm_transfer_ns: Communication in matched collectives after their last rank arrived, no computation (ns).
@@ -124,13 +124,13 @@ ORDER BY iteration_index, segment;
 -- @param epsilon_ns: As rank_iteration_breakdown (ns, default 10000).
 -- @param marker: As iterations ('' default).
 -- @param min_score: As iterations (default 0.9).
--- @column iteration_index: Iteration (iterations.iteration).
+-- @column iteration_index [key]: Iteration (iterations.iteration).
 -- @column iteration_source: The ranks' iteration_source ('marker', 'detected', 'whole_capture'; several, comma-
 -- separated, when ranks differ).
 -- @column iteration_start_ns: Earliest start of the iteration on any rank (ns, reference clock).
 -- @column iteration_end_ns: Latest end of its kernels on any rank: the path's end (ns).
--- @column iteration_ns: iteration_end_ns − iteration_start_ns (ns).
--- @column bound_rank: The rank whose last kernel of the iteration ends last (where the path ends).
+-- @column iteration_ns [key]: iteration_end_ns − iteration_start_ns (ns).
+-- @column bound_rank [key]: The rank whose last kernel of the iteration ends last (where the path ends).
 -- @column origin_rank: The rank the path starts on (it reaches back to that rank's iteration start).
 -- @column path_ranks: The ranks along the path in time order (a rank may recur).
 -- @column hops: Jumps at collectives (segments − 1).
@@ -142,10 +142,10 @@ ORDER BY iteration_index, segment;
 -- @column waiting_ns: Waiting on the path: queued idle (launched work waiting on a stream, an event or a copy) +
 -- communication wait (inside collective kernels before the last arrival, or collectives not matched) (ns).
 -- @column other_idle_ns: GPU idle with no kernel after it (ns).
--- @column compute_pct: 100 × compute_ns / path_ns; NULL when path_ns = 0.
--- @column comm_transfer_pct: 100 × comm_transfer_ns / path_ns; NULL when path_ns = 0.
+-- @column compute_pct [key]: 100 × compute_ns / path_ns; NULL when path_ns = 0.
+-- @column comm_transfer_pct [key]: 100 × comm_transfer_ns / path_ns; NULL when path_ns = 0.
 -- @column host_bound_idle_pct: 100 × host_bound_idle_ns / path_ns; NULL when path_ns = 0.
--- @column waiting_pct: 100 × waiting_ns / path_ns; NULL when path_ns = 0.
+-- @column waiting_pct [key]: 100 × waiting_ns / path_ns; NULL when path_ns = 0.
 -- @column other_idle_pct: 100 × other_idle_ns / path_ns; NULL when path_ns = 0.
 CREATE OR REPLACE MACRO iteration_critical_path(epsilon_ns := _lateness_epsilon_ns(), marker := '',
     min_score := _lateness_min_score()) AS TABLE

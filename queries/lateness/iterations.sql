@@ -49,11 +49,11 @@ CREATE OR REPLACE MACRO _lateness_min_score() AS 0.9;
 -- @param marker: Name of the user's iteration range (NVTX or annotation), e.g. 'train_step'; ranges named exactly
 -- that or that plus a number. Ranks without it fall back to ProfilerStep/NVTX step markers. '' (default): none.
 -- @param use_markers: false: ignore every marker and detect (or take the whole capture) on every rank.
--- @column rank: Rank.
--- @column iteration: 0, 1, ... in start order on the rank.
--- @column step_no: The marker's number N (ProfilerStep#N, train_step 12); NULL when it has none, when detected or
+-- @column rank [key]: Rank.
+-- @column iteration [key]: 0, 1, ... in start order on the rank.
+-- @column step_no [key]: The marker's number N (ProfilerStep#N, train_step 12); NULL when it has none, when detected or
 -- whole_capture.
--- @column iteration_source: 'marker', 'detected' or 'whole_capture'.
+-- @column iteration_source [key]: 'marker', 'detected' or 'whole_capture'.
 -- @column start_ns: Iteration start (ns): the marker's start; detected: the start of the iteration's first kernel of
 -- the detected stream (iteration 0: the rank's first kernel); whole_capture: the rank's first kernel.
 -- @column end_ns: Iteration end (ns): the marker's end; detected: the next iteration's start (the last one: the
@@ -61,7 +61,7 @@ CREATE OR REPLACE MACRO _lateness_min_score() AS 0.9;
 -- @column first_kernel_id: detected: the boundary kernel (the anchor token's kernel) starting the iteration, NULL
 -- for iteration 0 and for the other sources.
 -- @column period_kernels: detected: kernels of the detected stream per iteration (p); else NULL.
--- @column period_score_pct: detected: 100 × score(p); else NULL.
+-- @column period_score_pct [key]: detected: 100 × score(p); else NULL.
 -- @column warmup_kernels: detected: kernels of the stream before the periodic part (s0); else NULL.
 -- @column stream_id: detected: the stream whose sequence was used; else NULL.
 -- @column rank_iterations: Iterations on this rank.

@@ -130,13 +130,13 @@ LEFT JOIN _exposure_launches l ON l.rank = k.rank AND l.correlation_id = k.corre
 -- @param epsilon_ns: Launch latency allowance: idle before a kernel that started within epsilon_ns of its launch
 -- end is host-bound (ns, default 10000).
 -- @column instance_key: Matching key (collective_skew).
--- @column collective: Collective.
+-- @column collective [key]: Collective.
 -- @column pg_name: Group, when known.
 -- @column group_complete: The instance was seen on every rank of its group.
 -- @column first_start_ns: Earliest arrival (ns).
--- @column late_rank: Last-arriving rank L.
+-- @column late_rank [key]: Last-arriving rank L.
 -- @column early_rank: Earliest rank E.
--- @column lateness_ns: L's arrival − E's arrival (ns).
+-- @column lateness_ns [key]: L's arrival − E's arrival (ns).
 -- @column late_segment_from: Where L's segment starts: 'previous_collective', 'iteration_start' or 'first_activity'.
 -- @column late_segment_start_ns: L's segment start (ns).
 -- @column late_segment_ns: L's segment length (ns).
@@ -160,9 +160,9 @@ LEFT JOIN _exposure_launches l ON l.rank = k.rank AND l.correlation_id = k.corre
 -- @column earlier_comm_share_ns: late_earlier_comm_ns − early_earlier_comm_ns (ns).
 -- @column carried_ns: Segment-start difference when L's segment starts at its previous collective: lateness
 -- carried from before (ns); else 0.
--- @column primary_cause: The largest share: 'host', 'gpu_compute', 'queued', 'earlier_comm' or 'carried' (ties in
+-- @column primary_cause [key]: The largest share: 'host', 'gpu_compute', 'queued', 'earlier_comm' or 'carried' (ties in
 -- that order); NULL when lateness_ns = 0.
--- @column primary_share_pct: 100 × that share / lateness_ns; NULL when lateness_ns = 0.
+-- @column primary_share_pct [key]: 100 × that share / lateness_ns; NULL when lateness_ns = 0.
 -- @column late_launch_tid: Thread that launched L's collective kernel (late_rank_host_ops looks there), when known.
 CREATE OR REPLACE MACRO late_arrival_causes(epsilon_ns := _lateness_epsilon_ns()) AS TABLE
 WITH s AS (SELECT * FROM _lateness_segments(epsilon_ns)),
@@ -228,15 +228,15 @@ ORDER BY first_start_ns, instance_key;
 -- @param epsilon_ns: As late_arrival_causes (ns, default 10000).
 -- @param top_n: Ops kept per instance (default 10).
 -- @column instance_key: Matching key.
--- @column late_rank: Last-arriving rank.
+-- @column late_rank [key]: Last-arriving rank.
 -- @column tid: Its launching thread.
 -- @column window_start_ns: L's segment start on the rank's clock (ns).
 -- @column window_end_ns: L's arrival on the rank's clock (ns).
--- @column host_share_ns: The instance's host_share_ns (ns).
--- @column op_name: Op name (cpu_ranges.name or the API function).
+-- @column host_share_ns [key]: The instance's host_share_ns (ns).
+-- @column op_name [key]: Op name (cpu_ranges.name or the API function).
 -- @column op_kind: 'cpu_op', 'user_annotation', 'nvtx' or 'cuda_api'.
--- @column calls: Ops of that name and kind starting in the window.
--- @column self_ns: Their self time inside the window, pro rata (ns, each op's share rounded down: ties and sums exact).
+-- @column calls [key]: Ops of that name and kind starting in the window.
+-- @column self_ns [key]: Their self time inside the window, pro rata (ns, each op's share rounded down: ties and sums exact).
 -- @column op_order: 1 = the largest self time in the instance (ties: name).
 CREATE OR REPLACE MACRO late_rank_host_ops(epsilon_ns := _lateness_epsilon_ns(), top_n := 10) AS TABLE
 WITH off AS (
