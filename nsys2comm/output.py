@@ -265,7 +265,8 @@ def select_columns(df: pl.DataFrame, names: list[str] | None) -> pl.DataFrame:
     """Exactly ``names``, in that order; an unknown name is a one-line usage error listing the valid ones."""
     if names is None:
         return df
-    picked, unknown = [], []
+    picked: list[str] = []
+    unknown: list[str] = []
     for n in names:
         r = resolve_column(n, df.columns)
         (picked if r is not None else unknown).append(r if r is not None else n)
