@@ -194,6 +194,15 @@ def kineto_job(tmp_path_factory):
     job.close()
 
 
+@pytest.fixture(scope="module")
+def nsys_job(tmp_path_factory):
+    """The same run as an nsys 3.25 export with emit_nvtx sizes (no dtypes, no device name)."""
+    run, ops = _run()
+    job = Job.ingest([write_nsys(run, tmp_path_factory.mktemp("geff-n") / "n.sqlite", gemm_ops=ops)], db=None, jobs=1)
+    yield job
+    job.close()
+
+
 def test_achieved_rate_and_the_physical_check(kineto_job):
     """tier 3: achieved = 2·M·N·K / duration against the H100 SXM's dense bf16 peak (989.5 TFLOP/s); the kernel
     that would run at 13 744 TFLOP/s is withheld and flagged, never shown as achieved."""
@@ -265,45 +274,38 @@ def test_job_figures_and_mfu(kineto_job):
     assert none["mfu_pct"] is None and none["mfu_reason"].startswith("no model given")
 
 
-def test_peak_override_and_unknown_device(tmp_path):
+def test_peak_override_and_unknown_device(kineto_job, nsys_job):
     """tier 3: --peak-tflops replaces the table's figure; a device the trace does not name has no peak, and says why."""
-    run, ops = _run()
-    k = Job.ingest(write_kineto(run, tmp_path / "k", "new", gemm_ops=ops), db=None, jobs=1)
-    n = Job.ingest([write_nsys(run, tmp_path / "n.sqlite", gemm_ops=ops)], db=None, jobs=1)  # no device name
     try:
-        k.set_peaks(peak_tflops=500.0)
-        r = k.query("gemm_efficiency").to_dicts()[1]
+        kineto_job.set_peaks(peak_tflops=500.0)
+        r = kineto_job.query("gemm_efficiency").to_dicts()[1]
         assert (r["peak_tflops"], r["peak_source"]) == (500.0, "peak_tflops")
-        u = n.query("gemm_efficiency").to_dicts()[1]
-        assert u["peak_tflops"] is None and u["efficiency_check"] == "no_peak"
-        assert u["peak_reason"] == "the trace lists no device name: give --peak-tflops"
-        ov = n.query("gemm_overview").row(0, named=True)
-        assert ov["gemm_efficiency_pct"] is None and "give --peak-tflops" in ov["efficiency_reason"]
     finally:
-        k.close()
-        n.close()
+        kineto_job.set_peaks()
+    u = nsys_job.query("gemm_efficiency").to_dicts()[1]
+    assert u["peak_tflops"] is None and u["efficiency_check"] == "no_peak"
+    assert u["peak_reason"] == "the trace lists no device name: give --peak-tflops"
+    ov = nsys_job.query("gemm_overview").row(0, named=True)
+    assert ov["gemm_efficiency_pct"] is None and "give --peak-tflops" in ov["efficiency_reason"]
+    assert kineto_job.query("gemm_efficiency").to_dicts()[1]["peak_source"] == "device_table"
 
 
-def test_both_sources_give_the_same_efficiency_rows(tmp_path):
+def test_both_sources_give_the_same_efficiency_rows(kineto_job, nsys_job):
     """tier 3: the same run from Kineto (recorded dtypes) and nsys (emit_nvtx sizes; the dtype from the kernel name,
     the peak from --peak-tflops: the 3.25 export names no device) gives identical figures."""
-    run, ops = _run()
-    k = Job.ingest(write_kineto(run, tmp_path / "k", "new", gemm_ops=ops), db=None, jobs=1)
-    n = Job.ingest([write_nsys(run, tmp_path / "n.sqlite", gemm_ops=ops)], db=None, jobs=1)
     cols = ["start_ns", "duration_ns", "m", "n", "k", "batch", "dtype", "flops", "math", "peak_tflops",
             "achieved_tflops", "pct_of_peak", "physically_possible", "efficiency_check", "tile_m", "tile_n", "tile_k",
             "tile_orientation", "grid_ctas", "output_tiles", "split_k", "ctas", "sm_count", "waves",
             "last_wave_fill_pct", "wave_efficiency_pct", "tile_efficiency_pct"]
     try:
-        for j in (k, n):
+        for j in (kineto_job, nsys_job):
             j.set_peaks(peak_tflops=H100_BF16)
-        a, b = k.query("gemm_efficiency").select(cols), n.query("gemm_efficiency").select(cols)
-        assert a.to_dicts() == b.to_dicts()
-        assert set(k.query("gemm_efficiency")["dtype_source"]) == {"recorded"}
-        assert set(n.query("gemm_efficiency")["dtype_source"]) == {"kernel_name"}
+        a, b = kineto_job.query("gemm_efficiency"), nsys_job.query("gemm_efficiency")
+        assert a.select(cols).to_dicts() == b.select(cols).to_dicts()
+        assert set(a["dtype_source"]) == {"recorded"} and set(b["dtype_source"]) == {"kernel_name"}
     finally:
-        k.close()
-        n.close()
+        for j in (kineto_job, nsys_job):
+            j.set_peaks()
 
 
 # ------------------------------------------------------------------------------------------ tier 4: real traces
