@@ -1,11 +1,11 @@
 # Everyday commands (run inside the project's virtualenv: pip install -e ".[test]").
 .PHONY: test test-fast lint types check fix docs bench
 
-test:  ## every tier, as CI runs it
-	python -m pytest
+test:  ## every tier, as CI runs it: in parallel (pytest-xdist), a file per worker at a time, the 30 slowest listed
+	python -m pytest -n auto --dist loadfile --durations=30
 
-test-fast:  ## the inner loop: in-process tests only
-	python -m pytest -m "not slow and not subprocess and not browser"
+test-fast:  ## the inner loop: in-process tests only, at most 8 examples per property test (tests/tiers.py)
+	python -m pytest -n auto --dist loadfile -m "not slow and not subprocess and not browser" --hypothesis-profile=fast
 
 lint:
 	ruff check .

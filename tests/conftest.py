@@ -9,13 +9,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from tiers import FAST_EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("NSYS2COMM_SHARED", ROOT.parent / "shared"))
 TRACES = SHARED / "traces"
+
+
+# the inner loop's property tests (make test-fast: --hypothesis-profile=fast; tests/tiers.py scales their examples)
+settings.register_profile("fast", max_examples=FAST_EXAMPLES, deadline=None)
 
 
 @pytest.fixture(scope="session")
@@ -94,3 +101,45 @@ def _no_python_processes(request, monkeypatch):
     the CLI would otherwise slip a 10 s test into the inner loop)."""
     if not request.node.get_closest_marker("subprocess"):
         monkeypatch.setattr(subprocess, "Popen", _PythonProcessInUnmarkedTest)
+
+
+# --cpu-durations=N: the N tests that used the most CPU time (this process's, DuckDB's threads included), setup and
+# teardown included. Unlike --durations it does not grow with the machine's load: the measure to tier tests by.
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="list the N tests that used the most CPU time (0: all)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_START] = time.process_time()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    item.user_properties.append(("cpu_s", time.process_time() - item.stash[_CPU_START]))  # before the report
+
+
+_CPU_START = pytest.StashKey[float]()
+
+
+_CPU: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        for key, value in report.user_properties:
+            if key == "cpu_s":
+                _CPU[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    n = config.getoption("--cpu-durations")
+    if n is None or not _CPU:
+        return
+    ranked = sorted(_CPU.items(), key=lambda kv: -kv[1])
+    terminalreporter.write_sep("=", f"CPU time: {sum(_CPU.values()):.1f} s in {len(_CPU)} tests; the most")
+    for nodeid, cpu in ranked[:n or None]:
+        terminalreporter.write_line(f"{cpu:8.2f}s  {nodeid}")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import duckdb
 import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synth_db import catalog_db
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_db
@@ -183,8 +183,7 @@ def test_hta_compat_on_synthetic(con, run):
 
 
 def test_empty_db_every_object_runs():
-    c = duckdb.connect()
-    catalog.install(c)
+    c = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     for obj in catalog.public_queries():
         if obj.area == "intervals":
             continue
@@ -205,8 +204,7 @@ def test_rows_frame_equals_duckdb_polars_conversion(con, job):
     must be the same, schemas included, for every catalog query (a column type that polars reads differently from
     the stream fails here)."""
     if job == "empty":
-        con = duckdb.connect()
-        catalog.install(con)
+        con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     checked = 0
     for obj in catalog.public_queries():
         if obj.area == "intervals" or obj.required_params:
@@ -252,8 +250,7 @@ k_strat = st.lists(st.tuples(st.sampled_from(["ncclDevKernel_AllReduce", "nvjet_
 @settings(max_examples=40, deadline=None)
 @given(ks=k_strat)
 def test_sweep_property(ks):
-    c = duckdb.connect()
-    catalog.install(c)
+    c = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     c.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source) VALUES (1, 'x', 'x', 0, 'kineto')")
     c.execute("INSERT INTO ranks VALUES (0, 1, NULL, NULL, 1, 'cli')")
     for i, (n, s, d) in enumerate(ks):

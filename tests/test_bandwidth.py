@@ -19,9 +19,11 @@ import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synth_db import catalog_db
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 from fixtures import synthetic as syn
-from nsys2comm import analysis, catalog
+from nsys2comm import analysis
 from nsys2comm.summary import build_summary
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -68,8 +70,7 @@ PEAKS = {
 
 @pytest.fixture(scope="module")
 def cat():
-    c = duckdb.connect()
-    catalog.install(c)
+    c = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     return c
 
 
@@ -237,7 +238,7 @@ def jobs(draw):
     return n, device, host_of, ops, nic, link
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs())
 def test_headline_never_above_the_peak(cat, job):
     n, device, host_of, ops, nic, link = job

@@ -17,6 +17,8 @@ import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synth_db import catalog_db
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 sys.path.insert(0, str(Path(__file__).parent))
 import test_catalog_lint as lint
@@ -65,8 +67,7 @@ class Tables:
                            f"ProfilerStep#{k}"))
 
     def connect(self) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect()
-        catalog.install(con)
+        con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
         con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) "
                     "VALUES (1, '/synthetic', 'synthetic', 0, 'kineto', 0)")
         return self.fill(con)
@@ -243,8 +244,7 @@ def test_comm_contention_busbw_and_slowdown():
 
 def test_exposure_objects_pass_the_catalog_lint():
     """The rules of test_catalog_lint, applied to this issue's objects, plus their naming rules."""
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     objs = [o for o in catalog.load_catalog() if o.area == "exposure" and o.path.name in MY_FILES]
     assert {o.name for o in objs if o.public} == {"gemm_contention", "comm_contention", "producer_links",
                                                   "serialised_pairs"}
@@ -276,7 +276,7 @@ def _prop_con() -> duckdb.DuckDBPyConnection:
 _iv = st.tuples(st.integers(0, 60), st.integers(0, 15))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(comm=st.lists(st.tuples(st.integers(0, 1), _iv), max_size=8),
        gemm=st.lists(st.tuples(st.integers(0, 1), _iv), min_size=1, max_size=8),
        pct=st.sampled_from([25, 50, 100]) | st.integers(1, 100))  # round shares hit the inclusive bound often
@@ -415,7 +415,7 @@ def test_job_row_is_the_time_weighted_median_not_a_mean_pulled_by_outliers():
     assert pooled > 9.5  # what the old job row reported (Σ lost / Σ alone time)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(10, 400), st.integers(-40, 99), st.integers(3, 6), st.integers(3, 6)),
                 min_size=1, max_size=5))
 def test_job_slowdown_lies_within_the_measured_groups(groups):

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 from fixtures.kineto_writer import GemmOp, write_kineto
 from fixtures.nsys_writer import write_nsys
@@ -109,7 +110,7 @@ def _np_matmul_shape(a: list[int], b: list[int]) -> tuple[list[int], int]:
     return out, a2[-1]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.integers(1, 4), st.integers(1, 4), st.lists(st.sampled_from([1, 2, 3]), max_size=3),
        st.lists(st.sampled_from([1, 2, 3]), max_size=3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 9),
        st.booleans())

@@ -15,6 +15,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
@@ -155,7 +156,7 @@ def test_splitter_pieces_property(tmp_path):
     st = hyp.strategies
     cand = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 
-    @hyp.settings(max_examples=150, deadline=None)
+    @hyp.settings(max_examples=examples(150), deadline=None)
     @hyp.given(st.text(alphabet=st.sampled_from(list("{},  \n\ta")), max_size=80), st.integers(1, 30),
                st.integers(1, 9))
     def check(body, block, read):

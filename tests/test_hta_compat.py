@@ -17,8 +17,10 @@ import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synth_db import catalog_db
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
-from nsys2comm import analysis, catalog
+from nsys2comm import analysis
 
 # ---------------------------------------------------------------------------------------------- HTA 0.5.0 transcription
 
@@ -229,8 +231,7 @@ _TABLES = ("kernels", "mem_ops", "api_calls", "cpu_ranges", "ranks", "files")
 def _empty_db() -> duckdb.DuckDBPyConnection:
     """One catalog install per test session (it is the slow part); the canonical tables are emptied per use."""
     if not _DB:
-        con = duckdb.connect()
-        catalog.install(con)
+        con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
         _DB.append(con)
     for table in _TABLES:
         _DB[0].execute(f"DELETE FROM {table}")
@@ -392,7 +393,7 @@ def _materialize(spec) -> dict:
     return _rank(gpu, api, steps, raw=spec["raw"] // u * u, off=10**15, as_int=spec["int"])
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=st.lists(_rank_spec, min_size=1, max_size=2))
 def test_hta_compat_matches_transcription(specs):
     con, ev = build_db([_materialize(s) for s in specs])
@@ -414,8 +415,7 @@ def test_kineto_trace_with_sub_us_kernels_end_to_end(tmp_path, seed):
     # the trace really exercises the rounding: sub-µs kernels that end before they start once rounded
     parsed = hta_round_down_time_stamps(events[0])
     assert sum(1 for e in parsed if e["stream"] >= 0 and e["dur"] < 0) > 20
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     ingest(con, [tmp_path])
     got = analysis.run_query(con, "overlap_by_rank", {"compat": "hta"})
     assert got.height == 2

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
@@ -321,7 +322,7 @@ def test_splitter_property(tmp_path):
     st = hyp.strategies
     names = st.text(alphabet=st.sampled_from(list('ab}{,[]" \\\n:')), max_size=12)
 
-    @hyp.settings(max_examples=40, deadline=None)
+    @hyp.settings(max_examples=examples(40), deadline=None)
     @hyp.given(st.lists(names, min_size=1, max_size=30), st.integers(1, 200), st.booleans())
     def check(kernel_names, block, pretty):
         events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": 1000 + i, "dur": 1,
@@ -346,7 +347,7 @@ def test_byte_ranges_property(tmp_path):
     st = hyp.strategies
     names = st.text(alphabet=st.sampled_from(list('ab}{,[]" \\\n:')), max_size=12)
 
-    @hyp.settings(max_examples=8, deadline=None)
+    @hyp.settings(max_examples=examples(8), deadline=None)
     @hyp.given(st.lists(names, min_size=1, max_size=40), st.integers(40, 400), st.booleans(), st.booleans())
     def check(kernel_names, block, pretty, odd):
         events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7,

@@ -15,11 +15,12 @@ import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synth_db import catalog_db
 
 from fixtures import synthetic as syn
 from fixtures.kineto_writer import write_kineto
 from fixtures.nsys_writer import write_nsys
-from nsys2comm import analysis, catalog, db
+from nsys2comm import analysis, db
 from nsys2comm.ingest import ingest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -151,8 +152,7 @@ def test_single_rank_has_no_transfer_time():
 
 
 def test_one_size_gives_no_share():
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     con.execute("INSERT INTO ranks VALUES (0, 1, 1, 'h', 2, 'cli'), (1, 1, 2, 'h', 2, 'cli')")
     for i in range(4):  # 4 all_reduces of 1 KiB, both ranks, 10 µs transfer
         for r in (0, 1):
@@ -206,8 +206,7 @@ def test_theil_sen_vs_brute_force(alpha_us, beta_gbps, outliers, seed):
     """The SQL fit equals a brute-force Theil–Sen (median of all pairwise slopes of per-size medians)."""
     rng = random.Random(seed)
     sizes = sorted(rng.sample([2 ** k for k in range(6, 28)], 6))
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     con.execute("INSERT INTO ranks VALUES (0, 1, 1, 'h', 2, 'cli'), (1, 1, 2, 'h', 2, 'cli')")
     pts, kid = {}, 0
     for i, b in enumerate(sizes * 3):

@@ -18,9 +18,11 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synth_db import catalog_db
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 from fixtures import synthetic as syn
-from nsys2comm import analysis, cache, catalog, summary
+from nsys2comm import analysis, cache, summary
 from nsys2comm.units import pct
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -231,8 +233,7 @@ def test_chart_draws_the_model_curve_over_the_fitted_range(noisy):
 
 @pytest.fixture(scope="module")
 def blank():
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     return con
 
 
@@ -298,7 +299,7 @@ def test_partial_group_gets_no_fit():
     assert m["p2p"]["matched_instances"] == 3 * len(syn.LATENCY_SIZES["p2p"])
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(alpha_us=st.floats(1, 3000), beta_gbps=st.floats(0.5, 4000), noise=st.floats(0, 0.3),
        exps=st.lists(st.integers(8, 28), min_size=2, max_size=6, unique=True),
        reps=st.lists(st.integers(1, 4), min_size=6, max_size=6),

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_db
@@ -169,7 +170,7 @@ def test_unknown_launch_is_flagged():
     assert row["host_share_ns"] == row["lateness_ns"] == 50 * US
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 400), st.integers(1, 80), st.integers(0, 60),
                           st.booleans()), max_size=14),
        st.lists(st.integers(0, 300), min_size=3, max_size=3))

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 import random
 
-import duckdb
 import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synth_db import catalog_db
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
-from nsys2comm import analysis, catalog
+from nsys2comm import analysis
 
 US = 1000
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -29,8 +30,7 @@ class Job:
     """Ranks, communication kernels and their comm_ops rows; nothing else."""
 
     def __init__(self, ranks: int = 2, world_size: int | None = None):
-        self.con = duckdb.connect()
-        catalog.install(self.con)
+        self.con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
         self.con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) "
                          "VALUES (1, '/synthetic', 'x', 0, 'kineto', 0)")
         for r in range(ranks):
@@ -289,7 +289,7 @@ def test_clear_straggler_is_named_everywhere():
     assert flags["new"].to_list() == [1.0 if r == 5 else 0.0 for r in range(8)]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.integers(2, 6), st.lists(st.integers(0, 5), min_size=1, max_size=60))
 def test_p_value_vs_brute_force(ranks, last):
     """rank_wait's p-value against the exact binomial tail, Bonferroni over the ranks, for any arrival pattern."""

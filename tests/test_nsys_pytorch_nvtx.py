@@ -8,10 +8,10 @@ from __future__ import annotations
 import sqlite3
 import struct
 
-import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synth_db import catalog_db
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.nsys_writer import comm_id, pytorch_title, write_nsys
@@ -115,8 +115,7 @@ def test_fixture_titles_follow_process_group_nccl():
 
 def _ranges_db(rows):
     """A job DB holding only cpu_ranges rows: (range_id, tid, start, end, name, domain)."""
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     if rows:
         con.executemany("INSERT INTO cpu_ranges (range_id, file_id, rank, pid, tid, start_ns, end_ns, name, kind, "
                         "domain) VALUES (?, 1, 0, 1, ?, ?, ?, ?, 'nvtx', ?)", rows)
@@ -259,8 +258,7 @@ def test_nsys_sql_objects_documented_columns_are_real():
     """The catalog lint covers the analysis areas; the same check for the private ingest objects."""
     assert {o.name for o in NSYS_OBJECTS} == {"_ingest_nsys_pytorch_ranges", "_ingest_nsys_nccl_ranges",
                                               "_ingest_nsys_comm_ops"}
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     comm_ops = [r[0] for r in con.execute("DESCRIBE comm_ops").fetchall()]
     for o in NSYS_OBJECTS:
         assert o.description and o.params == {"fid": "File id."} and all(o.columns.values()), o.name

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import polars as pl
 import pytest
+from synth_db import catalog_db
 
 from fixtures.synthetic_layouts import PHASE_RANGES, Layout, Model, build, rank_ops
-from nsys2comm import Job, catalog
+from nsys2comm import Job
 from nsys2comm.analysis import run_query
 from nsys2comm.summary import build_summary, format_summary
 
@@ -23,8 +23,7 @@ MODEL = Model()
 
 @pytest.fixture(scope="module")
 def catalog_con():
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     return con
 
 

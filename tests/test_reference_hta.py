@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import duckdb
 import pytest
+from synth_db import catalog_db
 
-from nsys2comm import analysis, catalog
+from nsys2comm import analysis
 from nsys2comm.ingest import ingest
 
 DATASETS = ["hta_trace_filter_2rank", "hta_nccl_parser_config", "hta_df_index_resolver", "param_dlrm_8rank"]
@@ -17,8 +17,7 @@ def dbs(shared_traces):
 
     def get(ds):
         if ds not in out:
-            con = duckdb.connect()
-            catalog.install(con)
+            con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
             ingest(con, [shared_traces / "kineto" / ds])
             out[ds] = con
         return out[ds]

@@ -10,10 +10,10 @@ import re
 from importlib import resources
 from pathlib import Path
 
-import duckdb
 import polars as pl
 import pytest
 import test_catalog_lint as lint
+from synth_db import catalog_db
 from test_report import fill_job
 
 from fixtures.synthetic import make_run
@@ -115,8 +115,7 @@ def test_a_renamed_column_fails_loudly_not_silently(job):
 
 @pytest.mark.parametrize("obj", REPORT_OBJECTS, ids=lambda o: o.name)
 def test_report_objects_pass_the_catalog_lint(obj):
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     lint.test_documented(obj)
     lint.test_columns_match_and_units(con, obj)
     if obj.public and obj.is_table_macro:  # the catalog lint's rule: a stored helper view is unordered on purpose

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 
 def _load(con, name, rows, probe=False):
@@ -62,7 +63,7 @@ def test_empty_inputs(con):
 ivl = st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(-5, 25)).map(lambda t: (t[0], t[1], t[1] + t[2]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(a=st.lists(ivl, max_size=25), b=st.lists(ivl, max_size=25))
 def test_properties_against_brute_force(con, a, b):
     _load(con, "pa", a)

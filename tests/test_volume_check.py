@@ -11,6 +11,7 @@ import duckdb
 import polars as pl
 import pytest
 import test_catalog_lint as lint
+from synth_db import catalog_db
 from typer.testing import CliRunner
 
 from fixtures.synthetic_layouts import Layout, Model, build, expected_bytes
@@ -338,8 +339,7 @@ def test_hugging_face_config(tmp_path):
     model, layout = parse_model(f"{cfg},seq=2048,micro_batch=1")
     assert model == {"layers": 32, "hidden": 4096, "ffn": 11008, "heads": 32, "kv_heads": 32, "vocab": 32000,
                      "seq": 2048, "dtype": "bf16", "tied": False, "gated": True, "micro_batch": 1} and layout == {}
-    con = duckdb.connect()
-    catalog.install(con)
+    con = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     p = q(con, "_model_param_count(32, 4096, 11008, 32, 32, 32000, false, true)")
     assert p == pytest.approx(6.74e9, rel=0.01)  # Llama-2-7B: 6.74 B parameters
     gqa = q(con, "_model_param_count(32, 4096, 11008, 32, 8, 32000, false, true)")  # 8 key/value heads
