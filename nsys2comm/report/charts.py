@@ -580,6 +580,60 @@ def late_arrival_chart(df: pl.DataFrame) -> alt.Chart:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Per-iteration trend (iteration_trend)
+
+MAX_TREND_RANKS = 16  # lines drawn: the lowest ranks
+TREND_FLAGS = {"normal": "#4C78A8", "warmup": "#F58518", "outlier": "#B5323A", "not evaluated": "#BAB0AC"}
+_TREND_SOURCE = {"marker": "iterations from the step markers", "detected": "iterations detected from the repeating "
+                 "communication and GEMM kernel sequence (no step markers)", "whole_capture": "the whole capture as "
+                 "one iteration"}
+
+
+@consumes(iteration_trend=("iteration_index", "rank", "iteration_source", "step_no", "iteration_ns",
+                           "comm_exposed_ns", "is_outlier", "comm_is_outlier", "trend_flag"))
+def iteration_trend_chart(df: pl.DataFrame) -> alt.VConcatChart:
+    """Two panels on one iteration axis, one line per rank (the MAX_TREND_RANKS lowest): iteration time and exposed
+    communication per iteration (ms); points coloured by iteration_trend's flag (warm-up, outlier, normal; the
+    exposed-communication panel by its own outlier rule), so that warm-up, drift and outliers show."""
+    ranks = df["rank"].unique().sort().head(MAX_TREND_RANKS)
+    d = df.filter(pl.col("rank").is_in(ranks.implode())).select(
+        pl.col("iteration_index").cast(pl.Int64), pl.col("rank").cast(pl.Utf8), "step_no",
+        _in("iteration_ns", "ms").alias("iteration_ms"), _in("comm_exposed_ns", "ms").alias("exposed_ms"),
+        pl.col("trend_flag").fill_null("not evaluated").alias("flag"),
+        pl.when(pl.col("comm_is_outlier")).then(pl.lit("outlier"))
+        .when(pl.col("comm_is_outlier").not_()).then(pl.lit("normal"))
+        .otherwise(pl.lit("not evaluated")).alias("comm_flag"))
+    sources = sorted(set(df["iteration_source"].drop_nulls().to_list()))
+    said = "; ".join(_TREND_SOURCE.get(x, x) for x in sources) or "iterations"
+    more = df["rank"].n_unique() - ranks.len()
+    sub = f"{said[0].upper()}{said[1:]}" + (f"; the {ranks.len()} lowest ranks of {ranks.len() + more}" if more else "")
+    flags = [f for f in TREND_FLAGS if f in set(d["flag"].to_list()) | set(d["comm_flag"].to_list())]
+    color = alt.Color("flag:N", title="iteration", sort=flags,
+                      scale=alt.Scale(domain=flags, range=[TREND_FLAGS[f] for f in flags]))
+    x = alt.X("iteration_index:Q", title="iteration (0 = first on the rank)", axis=alt.Axis(tickMinStep=1,
+                                                                                          format="d"))
+    tip = [alt.Tooltip("rank:N"), alt.Tooltip("iteration_index:Q", title="iteration"),
+           alt.Tooltip("step_no:Q", title="step marker"),
+           alt.Tooltip("iteration_ms:Q", title="iteration (ms)", format=",.3f"),
+           alt.Tooltip("exposed_ms:Q", title="exposed communication (ms)", format=",.3f"),
+           alt.Tooltip("flag:N", title="iteration time"), alt.Tooltip("comm_flag:N", title="exposed communication")]
+
+    def panel(field: str, title: str, flag: str) -> alt.LayerChart:
+        base = alt.Chart(d).encode(x=x, y=alt.Y(f"{field}:Q", title=title))
+        return alt.layer(
+            base.mark_line(strokeWidth=1, opacity=0.6, color="#9aa3ad").encode(detail="rank:N"),
+            base.mark_point(filled=True, size=36).encode(color=color if flag == "flag" else alt.Color(
+                "comm_flag:N", title="iteration", sort=flags,
+                scale=alt.Scale(domain=flags, range=[TREND_FLAGS[f] for f in flags])), tooltip=tip),
+        ).properties(width=WIDTH - 200, height=180)
+
+    return alt.vconcat(panel("iteration_ms", "iteration time (ms)", "flag"),
+                       panel("exposed_ms", "exposed communication (ms)", "comm_flag"), spacing=14,
+                       title=_title("Iteration time and exposed communication per iteration", sub)
+                       ).resolve_scale(color="shared")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Step timeline
 
 TIMELINE_CLASSES = ["communication", "gemm", "convolution", "attention", "compute", "memory"]

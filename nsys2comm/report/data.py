@@ -45,6 +45,7 @@ class Query:
     needs: tuple[str, ...] = ()
     empty: str | None = None
     all_null: tuple[str, str] | None = None
+    check: Callable[[pl.DataFrame], str | None] | None = None  # rows in, why not available (None: available)
 
 
 @dataclass

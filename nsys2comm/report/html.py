@@ -142,6 +142,8 @@ def mark_not_available(fetched: Fetched) -> None:
             why = q.empty
         if why is None and df is not None and df.height and q.all_null and df[q.all_null[0]].null_count() == df.height:
             why = q.all_null[1]
+        if why is None and df is not None and df.height and q.check is not None:
+            why = q.check(df)
         if why:
             fetched.drop(q.name, why)
 
@@ -210,6 +212,13 @@ _ADD_COMM = ("trace a run in which the ranks communicate, with GPU kernels trace
 _ADD_RANKS = "ingest every rank's trace of the run together (a directory, a quoted glob or several files)"
 _ADD_SIZES = {"kineto": "profile with record_shapes=True, or with PyTorch >= 2.2 (collective arguments on kernels)",
               "nsys": "re-export with nsys export --type sqlite --include-blobs=true (NCCL >= 2.16 NVTX payloads)"}
+
+
+# diagnostics the banner's sentence makes redundant (the overview's list leaves them out)
+BANNER_COVERS = {"no_comm_kernels": {"no_comm_kernels", "no_msg_sizes", "no_group_size", "no_p2p",
+                                     "p2p_fit_impossible", "skew_match_rule"},
+                 "no_msg_sizes": {"no_msg_sizes", "no_group_size", "no_p2p", "p2p_fit_impossible"},
+                 "single_rank": {"single_rank"}}
 
 
 def job_banner(fetched: Fetched) -> list[tuple[str, str]]:
@@ -311,11 +320,12 @@ def changes_frames(changes: pl.DataFrame) -> Fetched:
                                               return_dtype=pl.String).alias(f"{c}_text")
           for c in ("base", "new", "delta")],
         pl.col("metric").map_elements(_metric_label, return_dtype=pl.String).alias("metric_text"))
-    # the impact is the subject's (section, key): said on its first row, not repeated on each of its metrics
-    first = pl.int_range(pl.len()).over("section", pl.col("key").fill_null("")) == 0
-    top = top.with_columns(pl.when(first).then(pl.col("impact_ns").map_elements(
-        lambda v: _change_text("impact_ns", v, True), return_dtype=pl.String))
-        .otherwise(pl.lit("as above")).alias("impact_text"))
+    # each row's own impact (nsys2comm.compare: per metric, NULL on the rows that explain it); an impact that
+    # repeats the one on the subject's (section, key) row above is said once
+    prev = pl.col("impact_ns").shift(1).over("section", pl.col("key").fill_null(""))
+    repeat = pl.col("impact_ns").is_not_null() & (pl.col("impact_ns") == prev).fill_null(False)
+    top = top.with_columns(pl.when(repeat).then(pl.lit("as above")).otherwise(pl.col("impact_ns").map_elements(
+        lambda v: _change_text("impact_ns", v, True), return_dtype=pl.String)).alias("impact_text"))
     out = Fetched({"diff_rank": rank, "diff_collective": coll, "diff_top": top})
     for name, df, why in (("diff_rank", rank, "no rank has communication in either run"),
                           ("diff_collective", coll, "neither run has communication kernels"),
@@ -348,7 +358,7 @@ declare(f"{__name__}.overview", run_overview=("rank", "n_gpus", "gpu_models", "f
 def diagnostics(fetched: Fetched) -> list[tuple[str, str]]:
     """(severity, message) from the diagnostics analysis, else from the importers' notes; what the banner says
     (fetched.banner) is left out."""
-    said = {code for code, _ in fetched.banner}
+    said = {c for code, _ in fetched.banner for c in BANNER_COVERS.get(code, {code})}
     diag = fetched.get("diagnostics")
     if diag is not None:
         rows = [(r["severity"], f"{r['affects']}: {r['message']}" if r["affects"] else r["message"])

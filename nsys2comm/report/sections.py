@@ -33,6 +33,17 @@ def _two_ranks(overview: pl.DataFrame) -> str | None:
     return None if n >= 2 else f"cross-rank skew needs at least two ranks; this job has {n}"
 
 
+@consumes(iteration_trend=("rank", "iteration_source"))
+def _trend_needs_iterations(trend: pl.DataFrame) -> str | None:
+    """A trend needs two iterations on some rank."""
+    if trend.group_by("rank").len()["len"].max() >= 2:
+        return None
+    if set(trend["iteration_source"].to_list()) == {"whole_capture"}:
+        return ("the trace has no step markers and no repeating iteration was detected: the whole capture is one "
+                "iteration")
+    return "every rank has a single iteration"
+
+
 # job facts a query may need: name -> check of run_overview returning why not (None: the fact holds)
 FACTS: dict[str, Callable[[pl.DataFrame], str | None]] = {"comm": _has_comm, "two_ranks": _two_ranks}
 
@@ -55,10 +66,10 @@ QUERIES: list[Query] = [
     Query("collective_bandwidth", needs=("comm",), empty="no collective has a known message size",
           all_null=("busbw_incl_wait_gbps", "bus bandwidth needs the group size of each collective, which the trace "
                                             "does not record")),
-    Query("latency_model"),
-    Query("latency_by_size"),
-    Query("latency_bound_total"),
-    Query("transfer_by_pair"),
+    Query("latency_model", needs=("comm",)),
+    Query("latency_by_size", needs=("comm",)),
+    Query("latency_bound_total", needs=("comm",)),
+    Query("transfer_by_pair", needs=("comm",)),
     Query("collective_skew", needs=("comm", "two_ranks"),
           all_null=("start_skew_ns", "no collective was matched on two or more ranks")),
     Query("rank_wait", needs=("comm", "two_ranks")),
@@ -66,6 +77,7 @@ QUERIES: list[Query] = [
           empty="no collective instance was matched consistently on two or more ranks"),
     Query("late_rank_host_ops", {"top_n": HOST_OPS_PER_INSTANCE}, needs=("comm", "two_ranks"),
           empty="no late arrival has host-bound lateness with CPU ops recorded on the late rank's launching thread"),
+    Query("iteration_trend", check=_trend_needs_iterations),
     Query("iterations"),  # the timeline's step: choose_step() gives step_timeline's parameters (html.collect)
     Query("step_timeline", {"max_segments": TIMELINE_SEGMENTS, "max_ranks": TIMELINE_RANKS}),
     Query("top_comm_kernels", {"n": TOP_KERNELS}, needs=("comm",)),
@@ -283,6 +295,15 @@ SECTIONS: list[SectionSpec] = [
                   "late rank's segment (upper bar) and the earliest rank's (lower bar), by what the GPU did (ms).",
                   ch.late_arrival_chart, ("late_arrival_causes",), "skew|seq"),
         TableSpec("table-host-ops", "late_rank_host_ops", HOST_OP_COLUMNS, "hostops", prepare=host_ops_rows),
+    )),
+    SectionSpec("sec-trend", "Iterations over time",
+                "Each rank's iteration time and exposed communication per iteration, so that warm-up, drift and "
+                "outliers show (iteration_trend: an iteration is an outlier when it is further from the rank's "
+                "median than 3 × 1.4826 × MAD or 5 % of the median; warm-up: the slow outliers from the first "
+                "iteration on).", (
+        ChartSpec("chart-trend", f"Per iteration, one line per rank (up to {ch.MAX_TREND_RANKS}): iteration time and "
+                  "exposed communication (ms); colour = warm-up, outlier or normal.", ch.iteration_trend_chart,
+                  ("iteration_trend",), "step|iteration"),
     )),
     SectionSpec("sec-timeline", "Timeline of one step",
                 f"Communication, compute and memory lanes for up to {TIMELINE_RANKS} ranks, merged into at most "
