@@ -569,11 +569,13 @@ def diff_(
     """Compare two runs per step: what changed in collectives, sizes, bandwidth, overlap, exposure, idle time,
     waits, skew and the latency model, sorted by impact on step time.
 
-    Each row gives base, new, delta and delta_pct (empty where not available or base is 0), and impact_ns, the
-    change in exposed communication + idle ns per step of the row's subject. Totals are divided by the steps of
-    each run, so runs of different length compare. When a run has no step markers the diff is per capture window
-    (*_per_window rows, no step-time impact): impact_ns is then the change in exposed communication over the work
-    both runs hold (per collective and size bucket, see the *_per_op rows). With a threshold option
+    Each row gives base, new, delta and delta_pct (empty where not available or base is 0), and impact_ns: on the
+    rows that are exposed communication or idle time, their change in ns per step (empty on the rows that explain
+    it). Totals are divided by the steps of each run, so runs of different length compare; a run without step
+    markers counts the iterations detected from its repeating kernel sequence as steps. When a run has neither,
+    the diff is per capture window (*_per_window rows, no step-time impact): impact_ns is then the change in
+    exposed communication over the work both runs hold (per collective and size bucket, see the *_per_op rows).
+    The catalog's diff_* queries hold every definition. With a threshold option
     the command exits 3 when NEW violates it; a metric that is not available leaves its threshold not evaluated,
     which --strict also turns into exit 3.
 
@@ -644,9 +646,10 @@ def _say_diff(d: dict) -> None:
     head = ("impact on step time: n/a" if impact is None else "impact on step time: none" if impact == 0 else
             f"impact on step time: {'+' if impact > 0 else '-'}{duration(abs(impact))} exposed communication + "
             "idle per step, summed over ranks")
-    if d.get("per") == "window":  # no step markers on both sides: nothing is a step-time impact
+    if d.get("per") == "window":  # not both runs have iterations: nothing is a step-time impact
         impact = d.get("impact_ns")
-        head = ("per capture window (no step markers in both runs), impact over the matched work: " +
+        head = ("per capture window (not both runs have steps or detected iterations), impact over the matched "
+                "work: " +
                 ("n/a" if impact is None else "none" if impact == 0 else
                  f"{'+' if impact > 0 else '-'}{duration(abs(impact))} exposed communication, summed over ranks"))
     out_.message(head + (f" ({', '.join(parts)})" if parts else ""))
@@ -813,10 +816,9 @@ def _write_rows(job: Job, df, *, fmt, output, timeunit: TimeUnit | None, relativ
     """Rows through the one time rule (``nsys2comm.output``: units, timestamps from the job start, percentages to
     the summary's precision), then ``--columns`` or the key columns for a narrow table."""
     names = list(df.columns)
-    note = None
+    origin = None
     if timeunit is not None or relative:
         origin = job_start_ns(job.con) if out_.shifts_timestamps(timeunit, relative) else None
-        note = out_.time_note(names, timeunit, relative, origin)
         df = out_.convert_times(df, timeunit or TimeUnit.ns, relative=relative, origin_ns=origin)
     df = out_.round_percentages(out_.exact_integers(df))
     if keys is None:  # SELECT * FROM a catalog view through 'sql': that object's key columns
@@ -824,6 +826,7 @@ def _write_rows(job: Job, df, *, fmt, output, timeunit: TimeUnit | None, relativ
         keys = obj.key_columns if obj else None
     shown = [r for r in (out_.resolve_column(k, df.columns) for k in keys or []) if r is not None]
     df = out_.select_columns(df, columns)
+    note = out_.time_note(list(df.columns), timeunit, relative, origin)
     out_.write_rows(df, fmt=fmt, out=output, keys=shown or None, exact=columns is not None, note=note)
 
 

@@ -182,12 +182,12 @@ def convert_times(df: pl.DataFrame, unit: str | TimeUnit = "ns", *, relative: bo
 
 
 def time_note(columns: list[str], unit: str | TimeUnit | None, relative: bool, origin_ns: int | None) -> str | None:
-    """What a reader must know about the times in ``columns`` (the names before :func:`convert_times`): which
+    """What a reader must know about the times in ``columns`` (as shown, after :func:`convert_times`): which
     timestamps count from the job start, and from which absolute time. None when nothing was shifted."""
     if not shifts_timestamps(unit, relative):
         return None
     u = _unit_value(unit) if unit is not None else "ns"
-    stamps = [n[:-3] + "_" + u for n in columns if is_timestamp_column(n)]
+    stamps = [n for n in columns if n.endswith("_" + u) and is_timestamp_column(n[:-len(u)] + "ns")]
     if not stamps:
         return None
     origin = "the job start" if origin_ns is None else f"the job start ({origin_ns} ns on the job timeline)"
