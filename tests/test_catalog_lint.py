@@ -51,11 +51,27 @@ def test_documented(obj):
 _TABLE_PARAM = re.compile(r"^Name of the table holding the file's (\w+) rows")
 
 
+# a parameter that names one run's tables by their prefix (queries/diff: <prefix>_<object> for the objects of
+# nsys2comm.compare.COLUMNS): the lint gives it empty ones, shaped as the diff registers them
+_PREFIX_PARAM = re.compile(r"^Prefix of (a|the base|the new) run's tables")
+
+
+def _lint_side(con) -> str:
+    from nsys2comm.compare import COLUMNS
+
+    for name, cols in COLUMNS.items():
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _lint_side_{name} AS SELECT {', '.join(cols)} FROM {name}() LIMIT 0")
+    return "_lint_side"
+
+
 def _lint_args(con, obj) -> str:
     """Arguments for a required-parameter macro: NULL (the importers' file id: the columns, not the rows, are
     checked), or the name of an empty table shaped like the macro rows the parameter's doc names."""
     args = []
     for p in obj.required_params:
+        if _PREFIX_PARAM.match(obj.params[p]):
+            args.append(f"'{_lint_side(con)}'")
+            continue
         m = _TABLE_PARAM.match(obj.params[p])
         if m is None:
             args.append("NULL")

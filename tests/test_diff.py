@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from fixtures import synthetic as syn
 from nsys2comm import Job, catalog, compare
 from nsys2comm import diff as diff_fn
+from nsys2comm import output as out_
 from nsys2comm.cli import app
 
 US = syn.US
@@ -385,7 +386,11 @@ def test_rows_sorted_by_impact_deterministically(diffs, dbs):
         assert all(v is None for v in imp[len(known):])  # NULL impact last
     df = diffs["bucket"]
     assert df.row(0, named=True)["bucket_lo_bytes"] == 4 * MIB  # the new bucket moved most exposed time
-    assert df.filter(pl.col("section") == "job")["impact_ns"].unique().to_list() == [4 * 200 * US]
+    # per-metric impact: the job's exposed communication grew by 800 µs per step, its idle time did not move, and
+    # the other job rows (causes, not exposed or idle time) have none
+    job = {r["metric"]: r["impact_ns"] for r in df.filter(pl.col("section") == "job").iter_rows(named=True)}
+    assert {m: v for m, v in job.items() if v is not None} == {"exposed_comm_ns_per_step": 4 * 200 * US,
+                                                               "idle_ns_per_step": 0}
     with Job.open(dbs["base"]) as base, Job.open(dbs["bucket"]) as new:
         assert base.diff(new).equals(df)  # same order every time
         assert diff_fn(base, new).equals(df)
@@ -405,7 +410,8 @@ def test_json_keys_are_stable(dbs):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert list(d) == DOC_KEYS and d["schema_version"] == 1
-    assert list(d["base"]) == ["source", "ranks", "steps", "has_steps"]
+    assert list(d["base"]) == ["source", "ranks", "steps", "has_steps", "iteration_source"]
+    assert d["base"]["iteration_source"] == d["new"]["iteration_source"] == "marker"
     assert all(list(row) == ROW_KEYS for row in d["rows"])
     assert d["base"]["source"] == str(dbs["base"]) and d["new"]["steps"] == 2 and d["base"]["has_steps"]
     assert d["wait_change_pct"] == pytest.approx(244.444, rel=1e-5)
@@ -467,7 +473,7 @@ def test_rows_through_the_output_layer(dbs, tmp_path):
     out = tmp_path / "d.parquet"
     assert runner("diff", dbs["base"], dbs["bucket"], "-o", out).exit_code == 0
     with Job.open(dbs["base"]) as base, Job.open(dbs["bucket"]) as new:
-        assert pl.read_parquet(out).equals(base.diff(new))
+        assert pl.read_parquet(out).equals(out_.round_percentages(base.diff(new)))
     assert runner("diff", dbs["base"], dbs["bucket"], "--format", "parquet").exit_code == 2
     assert runner("diff", dbs["base"], tmp_path / "missing.duckdb").exit_code == 1
 
@@ -554,40 +560,46 @@ def test_real_nsys_export_against_a_known_change(fastvideo):
         n_comm = n.con.execute("SELECT count(*) FROM kernels WHERE rank = 1 AND kernel_class = 'communication'"
                                ).fetchone()[0]
     assert n_comm > 0
-    # no steps in this export: per capture window (overlap_by_rank: span from the first GPU interval), no row per step
-    assert _row(df, "job", "steps")["base"] == 1
-    assert not df.filter(pl.col("metric").str.contains("per_step")).height
-    rank_rows = df.filter(pl.col("section") == "rank")
-    assert rank_rows.height and rank_rows["impact_ns"].null_count() == rank_rows.height  # no work to normalise by
+    # no step markers in this export, but a repeating kernel sequence: 17 detected iterations on each rank
+    # (iterations), so the diff is per step, a step being a detected iteration; a rank's GPU time per step is its
+    # capture's (overlap_by_rank: span from the first GPU interval) divided by its iterations
+    steps = 17
+    assert _row(df, "job", "steps")["base"] == _row(df, "job", "steps")["new"] == steps
+    assert not df.filter(pl.col("metric").str.contains("per_window")).height
     for rank in (0, 1):
         want = {}
         for side in ("base", "new"):
             iv = raw[side][rank]
             want[side] = rank_times(iv, [(min(a for a, _, _ in iv), max(b for _, b, _ in iv))])
-        for key, metric in (("exposed", "exposed_comm_ns_per_window"), ("idle", "idle_ns_per_window"),
-                            ("comm", "comm_ns_per_window")):
+        for key, metric in (("exposed", "exposed_comm_ns_per_step"), ("idle", "idle_ns_per_step"),
+                            ("comm", "comm_ns_per_step")):
             row = _row(df, "rank", metric, rank=rank)
-            assert (row["base"], row["new"]) == (want["base"][key], want["new"][key]), (rank, metric)
-            assert row["delta"] == want["new"][key] - want["base"][key]
+            assert (row["base"] * steps, row["new"] * steps) == (pytest.approx(want["base"][key], abs=1e-6),
+                                                                 pytest.approx(want["new"][key], abs=1e-6))
+            assert row["delta"] * steps == pytest.approx(want["new"][key] - want["base"][key], abs=1e-6)
+            if key != "comm":  # exposed and idle time are their own impact
+                assert row["impact_ns"] == row["delta"]
         if rank == 0:
-            assert _row(df, "rank", "exposed_comm_ns_per_window", rank=0)["delta"] == 0
+            assert _row(df, "rank", "exposed_comm_ns_per_step", rank=0)["delta"] == 0
     # per collective: every kernel of rank 1 is DELTA_NS longer
     for coll in times["base"]:
-        row = _row(df, "collective", "time_ns_per_window", collective=coll, bucket_lo_bytes=None)
-        assert row["delta"] == times["new"][coll] - times["base"][coll]
+        row = _row(df, "collective", "time_ns_per_step", collective=coll, bucket_lo_bytes=None)
+        assert row["delta"] * steps == pytest.approx(times["new"][coll] - times["base"][coll])
     assert sum(r["delta"] for r in df.filter((pl.col("section") == "collective")
-                                             & (pl.col("metric") == "time_ns_per_window")).iter_rows(named=True)) \
-        == n_comm * DELTA_NS
+                                             & (pl.col("metric") == "time_ns_per_step")).iter_rows(named=True)) \
+        * steps == pytest.approx(n_comm * DELTA_NS)
     # starts did not move: waits and skew are unchanged
-    for metric in ("wait_ns_per_window", "max_start_skew_ns", "mean_start_skew_ns"):
+    for metric in ("wait_ns_per_step", "max_start_skew_ns", "mean_start_skew_ns"):
         assert _row(df, "job", metric)["delta"] == 0
     # the job's exposed communication grew by exactly rank 1's growth
-    job = _row(df, "job", "exposed_comm_ns_per_window")
-    assert job["delta"] == _row(df, "rank", "exposed_comm_ns_per_window", rank=1)["delta"] > 0
+    job = _row(df, "job", "exposed_comm_ns_per_step")
+    assert job["delta"] == pytest.approx(_row(df, "rank", "exposed_comm_ns_per_step", rank=1)["delta"])
+    assert job["delta"] > 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# issue 36, deliverable 8: per step only with steps; windows of different work normalised by matched work
+# issue 36, deliverable 8: per step only with iterations; windows of different work normalised by matched work.
+# Issue 38, deliverable 3: iterations detected from the kernel sequence count as steps (tier 3).
 
 
 def _window(run: syn.Run) -> syn.Run:
@@ -598,10 +610,11 @@ def _window(run: syn.Run) -> syn.Run:
 
 
 def test_windows_without_steps_compare_matched_work(tmp_path):
-    """Two captures without steps holding different work (3 iterations against 2, the second with rank 1 arriving
-    100 µs late at every all_reduce): nothing is per step, per-window totals are labelled so, and the impact is
-    the change in exposed ns per operation over the operations both windows hold."""
-    base_run, new_run = _window(make_diff_run(steps=3)), _window(make_diff_run(steps=2, straggler=1, delay_us=100))
+    """Two captures without step markers holding different work (one iteration, where no repeating kernel sequence
+    can be detected, against 2, the second with rank 1 arriving 100 µs late at every all_reduce): nothing is per
+    step, per-window totals are labelled so, and the impact is the change in exposed ns per operation over the
+    operations both windows hold."""
+    base_run, new_run = _window(make_diff_run(steps=1)), _window(make_diff_run(steps=2, straggler=1, delay_us=100))
     b, n = _db(tmp_path / "b.duckdb", base_run), _db(tmp_path / "n.duckdb", new_run)
     with Job.open(b) as base, Job.open(n) as new:
         c = base.compare(new)
@@ -609,6 +622,7 @@ def test_windows_without_steps_compare_matched_work(tmp_path):
         same = base.compare(base)
     df = c.rows
     assert d["per"] == "window" and d["step_impact_ns"] is None
+    assert (d["base"]["iteration_source"], d["new"]["iteration_source"]) == ("whole_capture", "detected")
     assert not df.filter(pl.col("metric").str.contains("per_step")).height
     assert _row(df, "job", "exposed_comm_ns_per_window")["impact_ns"] is not None
     # every collective kernel is exposed (compute ends 100 µs before the first arrival), so an operation's exposed
@@ -630,17 +644,17 @@ def test_windows_without_steps_compare_matched_work(tmp_path):
         assert (row["base"], row["new"]) == (pytest.approx(eb), pytest.approx(en))
         assert row["impact_ns"] == pytest.approx(min(nb, nn) * (en - eb))
         ops = _row(df, "collective", "ops_per_window", collective=coll, bucket_lo_bytes=bucket)
-        assert (ops["base"], ops["new"]) == (nb, nn) == (4 * 3, 4 * 2)
+        assert (ops["base"], ops["new"]) == (nb, nn) == (4 * 1, 4 * 2)
         impact += min(nb, nn) * (en - eb)
         base_exposed += min(nb, nn) * eb
-    # all_reduce: 115 → 170 µs per operation (+55 µs × 8 matched), all_gather unchanged
-    assert impact == pytest.approx(8 * 55 * US)
+    # all_reduce: 115 → 170 µs per operation (+55 µs × 4 matched), all_gather unchanged
+    assert impact == pytest.approx(4 * 55 * US)
     assert d["impact_ns"] == pytest.approx(impact)
     assert d["exposed_comm_change_pct"] == pytest.approx(100 * impact / base_exposed)
     assert _row(df, "job", "exposed_comm_ns_per_window")["impact_ns"] == pytest.approx(impact)
     assert any(m.startswith("per capture window: ") for m in d["missing"])
     work = next(m for m in d["missing"] if m.startswith("the capture windows hold different work"))
-    assert "all_reduce 1 MiB+: base 12, new 8" in work and "all_gather 512 KiB+: base 12, new 8" in work
+    assert "all_reduce 1 MiB+: base 4, new 8" in work and "all_gather 512 KiB+: base 4, new 8" in work
     # a window against itself: every delta 0, every impact 0
     assert (same.rows["delta"].drop_nulls() == 0).all() and (same.rows["impact_ns"].drop_nulls() == 0).all()
     assert same.headline["impact_ns"] == 0 and not any("different work" in m for m in same.missing)
@@ -654,3 +668,75 @@ def test_windows_without_steps_compare_matched_work(tmp_path):
         page = new.report(tmp_path / "r.html", baseline=base).read_text(encoding="utf-8")
     assert "per capture window: the runs do not both have step markers" in page
     assert "exposed communication per capture window (ms)" in page and "impact per step" not in page
+
+
+def _per_detected_iteration(run: syn.Run, iterations: int) -> dict:
+    """busy, idle, comm, overlapped, exposed ns per iteration of each rank when its iterations are detected: they tile
+    the rank's capture from its first kernel start to its last kernel end, so per iteration is that ÷ iterations."""
+    out = {}
+    for rr in run.ranks:
+        comm_ids = {id(c.kernel) for c in rr.comm}
+        iv = [(k.start_ns, k.end_ns, "comm" if id(k) in comm_ids else "compute") for k in rr.kernels]
+        t = rank_times(iv, [(min(a for a, _, _ in iv), max(b for _, b, _ in iv))])
+        out[rr.rank] = {k: v / iterations for k, v in t.items()}
+    return out
+
+
+def test_captures_without_markers_compare_per_detected_iteration(tmp_path):
+    """tier 3: two captures without step markers whose kernel sequences repeat (3 iterations against 2, the second
+    with rank 1 arriving 100 µs late at every all_reduce). iterations detects them, so the diff is per step, a step
+    being a detected iteration, and the document says which source each side used. Expected values from the Run
+    objects alone (reference, _per_detected_iteration)."""
+    kw = {"base": dict(steps=3), "new": dict(steps=2, straggler=1, delay_us=100)}
+    ref = {tag: reference(make_diff_run(**k)) for tag, k in kw.items()}  # totals ÷ the most iterations
+    gpu = {"base": _per_detected_iteration(make_diff_run(**kw["base"]), 3),
+           "new": _per_detected_iteration(make_diff_run(**kw["new"]), 2)}
+    b = _db(tmp_path / "b.duckdb", _window(make_diff_run(**kw["base"])))
+    n = _db(tmp_path / "n.duckdb", _window(make_diff_run(**kw["new"])))
+    marked = _db(tmp_path / "marked.duckdb", make_diff_run(**kw["base"]))
+    with Job.open(b) as base, Job.open(n) as new, Job.open(marked) as mk:
+        c = base.compare(new)
+        d = compare.document(c)
+        same = base.compare(base)
+        vs_markers = mk.compare(base)
+    df = c.rows
+    assert d["per"] == "step"
+    assert [(d[t]["iteration_source"], d[t]["steps"], d[t]["has_steps"]) for t in ("base", "new")] == [
+        ("detected", 3, True), ("detected", 2, True)]
+    assert any(m.startswith("base: no step markers; a step is an iteration detected") for m in d["missing"])
+    assert not df.filter(pl.col("metric").str.contains("per_window")).height
+    names = {"exposed": "exposed_comm_ns_per_step", "idle": "idle_ns_per_step", "comm": "comm_ns_per_step"}
+    for r in range(4):
+        for key, metric in names.items():
+            row = _row(df, "rank", metric, rank=r)
+            assert (row["base"], row["new"]) == (pytest.approx(gpu["base"][r][key]), pytest.approx(gpu["new"][r][key]))
+        row = _row(df, "rank", "wait_ns_per_step", rank=r)
+        assert (row["base"], row["new"]) == (pytest.approx(ref["base"]["wait"][r]),
+                                             pytest.approx(ref["new"]["wait"][r]))
+    for tag in ("base", "new"):
+        for (coll, lo), bucket in ref[tag]["bucket"].items():
+            for key, metric in (("ops", "ops_per_step"), ("bytes", "bytes_per_step"), ("time", "time_ns_per_step"),
+                                ("exposed", "exposed_ns_per_step")):
+                assert _row(df, "collective", metric, collective=coll, bucket_lo_bytes=lo)[tag] == pytest.approx(
+                    bucket[key])
+    # the headline: exposed communication + idle per step, summed over ranks, and each row's own impact
+    want = sum(gpu["new"][r][k] - gpu["base"][r][k] for r in range(4) for k in ("exposed", "idle"))
+    assert d["step_impact_ns"] == pytest.approx(want, rel=1e-5) and d["impact_ns"] == d["step_impact_ns"]
+    job = _row(df, "job", "exposed_comm_ns_per_step")
+    assert job["impact_ns"] == job["delta"] == pytest.approx(
+        sum(gpu["new"][r]["exposed"] - gpu["base"][r]["exposed"] for r in range(4)))
+    assert _row(df, "job", "wait_ns_per_step")["impact_ns"] is None  # a cause, not exposed or idle time
+    # diff X X on detected iterations: every delta and impact 0
+    assert (same.rows["delta"].drop_nulls() == 0).all() and (same.rows["impact_ns"].drop_nulls() == 0).all()
+    assert same.headline["per"] == "step" and same.headline["step_impact_ns"] == 0
+    # the same run with and without its markers: 3 steps either way, so every total per step agrees; only GPU idle
+    # time differs (marker steps leave out the gaps between them, detected iterations tile the capture)
+    v = vs_markers.rows
+    assert (vs_markers.base["iteration_source"], vs_markers.new["iteration_source"]) == ("marker", "detected")
+    assert (v.filter(pl.col("section").is_in(["collective", "skew"]))["delta"].drop_nulls() == 0).all()
+    for metric in ("steps", "exposed_comm_ns_per_step", "comm_ns_per_step", "wait_ns_per_step"):
+        assert _row(v, "job", metric)["delta"] == pytest.approx(0, abs=1e-6), metric
+    assert _row(v, "job", "idle_ns_per_step")["delta"] > 0
+    r = runner("diff", b, n)
+    assert r.exit_code == 0, r.output
+    assert "impact on step time" in r.stderr and "exposed_comm_ns_per_step" in r.stdout

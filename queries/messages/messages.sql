@@ -79,6 +79,31 @@ SELECT collective, bucket_lo_bytes,
 FROM b
 ORDER BY collective, bucket_lo_bytes NULLS LAST;
 
+-- @macro msg_size_exposure
+-- Per collective and power-of-two size bucket (the buckets of msg_size_histogram), over all ranks: the
+-- communication kernels' time and the part of it with no computation running on the rank (comm_kernels.exposed_ns).
+-- Operations of unknown size form one row with NULL bucket bounds. nsys2comm diff reads it for the exposed time of
+-- each size bucket.
+-- @column collective [key]: Canonical collective.
+-- @column bucket_lo_bytes [key]: Bucket lower bound, inclusive (bytes); NULL for unknown sizes.
+-- @column bucket_hi_bytes: Bucket upper bound, exclusive (bytes); NULL for unknown sizes.
+-- @column ops [key]: Operations (kernels) in the bucket, all ranks.
+-- @column total_ns: Sum of kernel durations (ns), as msg_size_histogram.total_ns.
+-- @column exposed_ns [key]: Sum of comm_kernels.exposed_ns over the bucket's kernels (ns).
+-- @column exposed_pct [key]: 100 × exposed_ns / total_ns; NULL when total_ns is 0.
+CREATE OR REPLACE MACRO msg_size_exposure() AS TABLE
+WITH b AS (
+  SELECT o.collective, _messages_bucket_lo(o.msg_bytes) AS bucket_lo_bytes, count(*) AS ops,
+         sum(greatest(k.duration_ns, 0)) AS total_ns, sum(k.exposed_ns) AS exposed_ns
+  FROM comm_ops o JOIN _overlap_comm_kernels k USING (kernel_id)
+  GROUP BY ALL
+)
+SELECT collective, bucket_lo_bytes, CASE WHEN bucket_lo_bytes = 0 THEN 1 ELSE bucket_lo_bytes * 2 END AS bucket_hi_bytes,
+       ops, CAST(total_ns AS BIGINT) AS total_ns, CAST(exposed_ns AS BIGINT) AS exposed_ns,
+       CASE WHEN total_ns > 0 THEN 100.0 * exposed_ns / total_ns END::DOUBLE AS exposed_pct
+FROM b
+ORDER BY collective, bucket_lo_bytes NULLS LAST;
+
 -- @macro _messages_bandwidth_check
 -- A bus bandwidth against its physical peak: 'ok', 'above_peak' (physically impossible), 'no_peak' (peak
 -- unknown), NULL without a figure. A relative 1e-9 absorbs floating-point rounding.
