@@ -75,6 +75,22 @@ def test_swapped_orientation_and_persistent_kernels(con):
     assert (u["orient"], u["ctas"], u["wave_basis"], u["tile_efficiency_pct"]) == (None, 100, "grid", None)
 
 
+@pytest.mark.parametrize("op, dims, strides, want", [
+    # a real record (PyTorch 2.x 'Input Strides'): mm(x, w.t()) with w [128, 2048] row-major: B held transposed
+    ("aten::mm", [[38, 2048], [2048, 128]], [[2048, 1], [1, 2048]], "NT"),
+    ("aten::addmm", [[512], [64, 256], [256, 512], [], []], [[1], [1, 64], [512, 1], [], []], "TN"),
+    ("aten::bmm", [[8, 64, 32], [8, 32, 16]], [[2048, 32, 1], [512, 1, 32]], "NT"),
+    # linear(x, weight [N, K] row-major) computes x · weightᵀ: B is held transposed
+    ("aten::linear", [[8, 512, 1024], [3000, 1024], [3000]], [[524288, 1024, 1], [1024, 1], [1]], "NT"),
+    ("aten::linear", [[8, 512, 1024], [3000, 1024], []], [[524288, 1024, 1], [1, 3000], []], "NN"),  # W.t()
+    ("aten::mm", [[4, 8], [8, 2]], [[16, 2], [2, 1]], None),  # a strided slice: neither layout
+    ("aten::mm", [[4, 8], [8, 2]], None, None),  # no strides recorded (PyTorch < 2.1, NVTX sizes)
+])
+def test_transposes_from_recorded_strides(con, op, dims, strides, want):  # tier 2
+    got = con.execute("SELECT _gemm_transposes(?, ?::BIGINT[][], ?::BIGINT[][])", [op, dims, strides]).fetchone()[0]
+    assert got == want
+
+
 @pytest.mark.parametrize("name, tile", [
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
      (128, 256, 64)),

@@ -107,6 +107,34 @@ CREATE OR REPLACE MACRO _gemm_operand_index(op) AS
 -- @param t: The entry.
 CREATE OR REPLACE MACRO _gemm_dtype(t) AS canonical_dtype(regexp_replace(coalesce(t, ''), '^c10::', ''));
 
+-- @macro _gemm_layout
+-- How one matrix operand is stored, from its recorded shape and strides (Kineto 'Input Strides', PyTorch >= 2.1
+-- with record_shapes): 'N' row-major (the last dimension contiguous: the logical matrix), 'T' column-major (a
+-- transposed view: the second-to-last dimension contiguous); NULL when unknown or neither (a strided slice).
+-- @param d: The operand's dims.
+-- @param s: Its strides.
+CREATE OR REPLACE MACRO _gemm_layout(d, s) AS
+  CASE WHEN d IS NULL OR s IS NULL OR len(d) < 2 OR len(s) <> len(d) THEN NULL
+       WHEN s[-1] = 1 AND (d[-2] = 1 OR s[-2] >= d[-1]) THEN 'N'
+       WHEN s[-2] = 1 AND (d[-1] = 1 OR s[-1] >= d[-2]) THEN 'T' END;
+
+-- @macro _gemm_transposes
+-- The layouts of A (M×K) and B (K×N) as stored, two letters ('NN', 'NT', 'TN', 'TT': 'T' = held transposed), from
+-- the op's recorded shapes and strides in its argument order (file header); aten::linear's B is the weight
+-- transposed (weight [N,K] row-major gives 'T'). NULL without strides, for 1-D operands and for aten::mv.
+-- @param op: Op name.
+-- @param d: Input shapes.
+-- @param s: Input strides.
+CREATE OR REPLACE MACRO _gemm_transposes(op, d, s) AS (
+  CASE WHEN d IS NULL OR s IS NULL THEN NULL
+    WHEN op IN ('aten::mm', 'aten::_scaled_mm', 'aten::bmm', 'aten::matmul') AND len(d) >= 2 AND len(s) >= 2
+      THEN _gemm_layout(d[1], s[1]) || _gemm_layout(d[2], s[2])
+    WHEN op IN ('aten::addmm', 'aten::addmm_', 'aten::baddbmm') AND len(d) >= 3 AND len(s) >= 3
+      THEN _gemm_layout(d[2], s[2]) || _gemm_layout(d[3], s[3])
+    WHEN op = 'aten::linear' AND len(d) >= 2 AND len(s) >= 2
+      THEN _gemm_layout(d[1], s[1]) || CASE _gemm_layout(d[2], s[2]) WHEN 'N' THEN 'T' WHEN 'T' THEN 'N' END
+  END);
+
 -- @view _gemm_ops
 -- Matrix-multiply op ranges with their recorded input shapes: Kineto cpu_ops (cpu_ranges kind 'cpu_op', args
 -- 'Input Dims'/'Input type') and PyTorch emit_nvtx ranges in Nsight Systems exports (kind 'nvtx', default domain,
@@ -121,6 +149,7 @@ CREATE OR REPLACE MACRO _gemm_dtype(t) AS canonical_dtype(regexp_replace(coalesc
 -- @column op_name: Op name ('aten::mm', ...).
 -- @column dims: Recorded input shapes (BIGINT[][]), NULL when the trace records none.
 -- @column types: Recorded input types (Kineto 'Input type'), NULL when none (always NULL from NVTX).
+-- @column strides: Recorded input strides (Kineto 'Input Strides', PyTorch >= 2.1), NULL when none.
 -- @column shape_source: 'kineto_input_dims' or 'nvtx_sizes' when shapes were recorded, else NULL.
 -- @column inner_rank: 0 for ops that launch GEMM kernels themselves, 1 for the composites aten::linear and
 -- aten::matmul (the order among ranges that start at the same ns).
@@ -128,19 +157,20 @@ CREATE OR REPLACE VIEW _gemm_ops AS
 WITH _gemm_raw AS (
   SELECT range_id, rank, coalesce(pid, -1) AS pid, tid, start_ns, end_ns, name AS op_name,
          TRY_CAST(json_extract(args, '$."Input Dims"') AS BIGINT[][]) AS dims,
-         TRY_CAST(json_extract(args, '$."Input type"') AS VARCHAR[]) AS types, 'kineto_input_dims' AS src
+         TRY_CAST(json_extract(args, '$."Input type"') AS VARCHAR[]) AS types,
+         TRY_CAST(json_extract(args, '$."Input Strides"') AS BIGINT[][]) AS strides, 'kineto_input_dims' AS src
   FROM cpu_ranges
   WHERE kind = 'cpu_op' AND name IN ('aten::mm', 'aten::addmm', 'aten::addmm_', 'aten::bmm', 'aten::baddbmm',
                                      'aten::matmul', 'aten::linear', 'aten::_scaled_mm', 'aten::mv')
   UNION ALL
   SELECT range_id, rank, coalesce(pid, -1), tid, start_ns, end_ns, regexp_extract(name, '^(aten::[A-Za-z_]+)', 1),
          TRY_CAST(nullif(regexp_extract(name, ', sizes = (\[(?:\[[-0-9, ]*\](?:, )?)*\])', 1), '') AS BIGINT[][]),
-         NULL::VARCHAR[], 'nvtx_sizes'
+         NULL::VARCHAR[], NULL::BIGINT[][], 'nvtx_sizes'
   FROM cpu_ranges
   WHERE kind = 'nvtx' AND domain IS NULL
     AND regexp_matches(name, '^aten::(mm|addmm_?|bmm|baddbmm|matmul|linear|_scaled_mm|mv)(,|$)')
 )
-SELECT range_id, rank, pid, tid, start_ns, end_ns, op_name, dims, types,
+SELECT range_id, rank, pid, tid, start_ns, end_ns, op_name, dims, types, strides,
        CASE WHEN dims IS NOT NULL THEN src END AS shape_source,
        CASE WHEN op_name IN ('aten::linear', 'aten::matmul') THEN 1 ELSE 0 END AS inner_rank
 FROM _gemm_raw
@@ -162,6 +192,7 @@ WHERE tid IS NOT NULL AND end_ns IS NOT NULL;
 -- @column k: K.
 -- @column batch: Batch.
 -- @column dtype: Operand dtype.
+-- @column transposes: Layouts of A and B as stored.
 -- @column has_bias: Bias / accumulator added.
 -- @column op_gemm_kernels: GEMM kernels of the op.
 -- @column flops: 2·M·N·K·batch on the op's main kernel.
@@ -183,7 +214,7 @@ WITH _gemm_k AS (
   FROM _gemm_k k
   ASOF LEFT JOIN _gemm_o o ON o.rank = k.rank AND o.pid = k.pid AND o.tid = k.tid AND k.launch_start_ns >= o.start_ns
 ), _gemm_p AS (
-  SELECT l.*, o.op_name, o.shape_source, o.dims, o.types, _gemm_problem(o.op_name, o.dims) AS p,
+  SELECT l.*, o.op_name, o.shape_source, o.dims, o.types, o.strides, _gemm_problem(o.op_name, o.dims) AS p,
          count(*) OVER (PARTITION BY l.op_range_id) AS op_gemm_kernels,
          row_number() OVER (PARTITION BY l.op_range_id ORDER BY l.duration_ns DESC, l.start_ns, l.kernel_id) = 1
            AS longest
@@ -199,7 +230,8 @@ WITH _gemm_k AS (
   FROM _gemm_p
 )
 SELECT kernel_id, rank, short_name, start_ns, duration_ns, op_range_id, op_name, shape_source,
-       p.m, p.n, p.k, p.batch, dtype, p.bias AS has_bias,
+       p.m, p.n, p.k, p.batch, dtype,
+       CASE WHEN p IS NOT NULL THEN _gemm_transposes(op_name, dims, strides) END AS transposes, p.bias AS has_bias,
        CASE WHEN op_range_id IS NOT NULL THEN op_gemm_kernels END AS op_gemm_kernels,
        CASE WHEN status = 'main' THEN TRY_CAST(2::HUGEINT * p.m * p.n * p.k * p.batch AS BIGINT) END AS flops,
        CASE WHEN status = 'main' THEN
@@ -240,6 +272,9 @@ FROM _gemm_d;
 -- shape.
 -- @column dtype: Canonical dtype of the first matrix operand ('bfloat16', 'float32', 'float8_e4m3', ...); NULL
 -- when the trace records no types (NVTX sizes) or the type is not a known dtype.
+-- @column transposes: How A (M×K) and B (K×N) are stored, from the recorded strides (Kineto 'Input Strides', PyTorch
+-- >= 2.1): 'NN', 'NT', 'TN', 'TT', 'T' for an operand held transposed (a column-major view, e.g. a weight.t());
+-- NULL without strides (older traces, NVTX sizes) or for a strided slice.
 -- @column has_bias: True when the op adds a bias or accumulator (addmm, addmm_, baddbmm, linear with a bias),
 -- false when not; NULL without a shape and for _scaled_mm (its bias argument moved across PyTorch versions).
 -- @column op_gemm_kernels: GEMM kernels linked to the same op (1 for a single-kernel GEMM); NULL without an op.
@@ -257,6 +292,6 @@ FROM _gemm_d;
 -- 'unknown_layout' (recorded shapes that do not fit the op's arguments).
 CREATE OR REPLACE MACRO gemm_problems() AS TABLE
 SELECT kernel_id, rank, short_name, start_ns, duration_ns, op_range_id, op_name, shape_source, m, n, k, batch, dtype,
-       has_bias, op_gemm_kernels, flops, bias_flops, moved_bytes, status
+       transposes, has_bias, op_gemm_kernels, flops, bias_flops, moved_bytes, status
 FROM _gemm_kernel_problems
 ORDER BY rank, start_ns, kernel_id;
