@@ -666,7 +666,7 @@ def test_windows_without_steps_compare_matched_work(tmp_path):
     # the report's "What changed" says so too
     with Job.open(b) as base, Job.open(n) as new:
         page = new.report(tmp_path / "r.html", baseline=base).read_text(encoding="utf-8")
-    assert "per capture window: the runs do not both have step markers" in page
+    assert "per capture window: the runs do not both have step markers or detected iterations" in page
     assert "exposed communication per capture window (ms)" in page and "impact per step" not in page
 
 

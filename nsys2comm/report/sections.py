@@ -197,20 +197,22 @@ CHANGES_TOP = 30
 CHANGES_COLUMNS = (
     ("section", "section", ""), ("metric_text", "metric", "title:metric"), ("key", "subject", ""),
     ("base_text", "baseline", ""), ("new_text", "this run", ""), ("delta_text", "change", ""),
-    ("delta_pct", "change (%)", "pct"), ("impact_text", "impact on the subject", ""),
+    ("delta_pct", "change (%)", "pct"), ("impact_text", "impact", ""),
 )
-# the intro when the runs do not both have step markers (nsys2comm.compare: per capture window)
+# the intro when the runs do not both have steps, markers or detected iterations (nsys2comm.compare: per window)
 CHANGES_WINDOW_INTRO = (
     "This run against the baseline (nsys2comm diff BASE NEW), per capture window: the runs do not both have step "
-    "markers, so no figure is per step or a step-time impact. The windows may hold different work: compare the "
+    "markers or detected iterations, so no figure is per step or a step-time impact. The windows may hold different "
+    "work: compare the "
     "per-operation rows (*_per_op). Impact is the change in exposed communication over the work both runs hold "
     "(per collective and size bucket: the operations found in both × the change in exposed time per operation); "
     "rows are sorted by it.")
 CHANGES_SECTION = SectionSpec(
     "sec-changes", "What changed",
     "This run against the baseline (nsys2comm diff BASE NEW), per step: totals are divided by each run's steps. "
-    "Impact is the change in exposed communication + idle time per step of the row's subject (the job, a rank, a "
-    "collective's size bucket); rows are sorted by it.", (
+    "A step is a marked step, or an iteration detected from the repeating kernel sequence where a run has no "
+    "markers. Impact is, on the rows of exposed communication and idle time (the job's, a rank's, a collective's size "
+    "bucket's), their own change per step; the rows that explain it have none. Rows are sorted by it.", (
         ChartSpec("chart-changes-rank", "Grouped bars, one pair per rank: exposed communication per step in the "
                   "baseline (grey) and this run (ms).", ch.changes_by_rank_chart, ("diff_rank",)),
         ChartSpec("chart-changes-coll", "Grouped bars, one pair per collective: kernel time per step, summed over "
