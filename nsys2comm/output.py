@@ -392,11 +392,13 @@ _COLUMN_GAP = 2  # rich puts one cell of padding on each side of a column bounda
 _NAME_MAX = 30  # a record's column names take at most this many cells before the values
 
 
-def _layout(names: list[str], cells: list[list[str]], fixed: list[bool], width: int | None) -> list[int | None]:
+def _layout(names: list[str], cells: list[list[str]], fixed: list[bool], width: int | None,
+            first: int = 0) -> list[int | None]:
     """Width of each column, or None for a column left out; ``width=None`` means unlimited.
 
-    Fixed columns (numbers, dates) get their full width; text columns shrink to a floor. Columns are kept from the
-    left while their floors fit; the room left over is shared fairly among the text columns that want more.
+    Fixed columns (numbers, dates) get their full width; text columns shrink to a floor. The ``first`` columns (the
+    key columns, when they lead) take the room they want before any later column is added. Columns are kept from
+    the left while their floors fit; the room left over is shared fairly among the text columns that want more.
     """
     from rich.cells import cell_len
 
@@ -404,6 +406,13 @@ def _layout(names: list[str], cells: list[list[str]], fixed: list[bool], width: 
     if width is None:
         return list(natural)
     floor = _floors(names, natural, fixed)
+    if first:
+        room = width - sum(floor[:first]) - _COLUMN_GAP * (first - 1)
+        for k, (want, i) in enumerate(sorted((natural[i] - floor[i], i) for i in range(first)
+                                             if natural[i] > floor[i])):
+            give = max(min(want, room // (first - k)), 0) if room > 0 else 0
+            floor[i] += give
+            room -= give
     widths: list[int | None] = [None] * len(names)
     used = 0
     for i, least in enumerate(floor):
@@ -491,17 +500,18 @@ def _render(df: pl.DataFrame, *, width: int | None, bold_header: bool, keys: lis
         df, fixed, cells = df.select(order), [fixed[at[n]] for n in order], [cells[at[n]] for n in order]
     if mode == "records":
         return _records(df, fixed, cells, width=width), [], mode
+    lead = next((i for i, n in enumerate(order) if n not in set(keys or [])), len(order))
     text, dropped = _render_grid(df, fixed, cells, width=width, bold_header=bold_header,
-                                 wrap=set(keys or []) if width else set())
+                                 wrap=set(keys or []) if width else set(), first=lead if width else 0)
     return text, dropped, mode
 
 
 def _render_grid(df: pl.DataFrame, fixed: list[bool], cells: list[list[str]], *, width: int | None,
-                 bold_header: bool, wrap: set[str]) -> tuple[str, list[str]]:
+                 bold_header: bool, wrap: set[str], first: int = 0) -> tuple[str, list[str]]:
     from rich.console import Console
     from rich.table import Table
 
-    widths = _layout(df.columns, cells, fixed, width)
+    widths = _layout(df.columns, cells, fixed, width, first)
     shown = [i for i, w in enumerate(widths) if w is not None]
     numeric = {n for n, t in df.schema.items() if t.is_numeric()}
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold" if bold_header else None)

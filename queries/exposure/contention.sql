@@ -256,7 +256,7 @@ FROM _exposure_m;
 -- @column k: GEMM problem K; NULL without a recorded shape and on the job row.
 -- @column batch: GEMM problem batch; NULL without a recorded shape and on the job row.
 -- @column dtype: GEMM operand dtype; NULL when unknown and on the job row.
--- @column kernels [key]: GEMM kernels of the group (all ranks, positive duration); job row: of the measured groups.
+-- @column kernels: GEMM kernels of the group (all ranks, positive duration); job row: of the measured groups.
 -- @column partial_samples: Kernels partly overlapped (< overlapped_min_pct, > 0), in neither sample.
 -- @column windows: Step windows with both an alone and an overlapped sample of the group (used windows); NULL on the job row.
 -- @column alone_samples: Alone kernels in the used windows.

@@ -143,7 +143,7 @@ ORDER BY iteration_index, segment;
 -- communication wait (inside collective kernels before the last arrival, or collectives not matched) (ns).
 -- @column other_idle_ns: GPU idle with no kernel after it (ns).
 -- @column compute_pct [key]: 100 × compute_ns / path_ns; NULL when path_ns = 0.
--- @column comm_transfer_pct [key]: 100 × comm_transfer_ns / path_ns; NULL when path_ns = 0.
+-- @column comm_transfer_pct: 100 × comm_transfer_ns / path_ns; NULL when path_ns = 0.
 -- @column host_bound_idle_pct: 100 × host_bound_idle_ns / path_ns; NULL when path_ns = 0.
 -- @column waiting_pct [key]: 100 × waiting_ns / path_ns; NULL when path_ns = 0.
 -- @column other_idle_pct: 100 × other_idle_ns / path_ns; NULL when path_ns = 0.

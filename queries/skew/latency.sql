@@ -424,7 +424,7 @@ ORDER BY p.collective, p.group_size, msg_bytes;
 -- @column latency_bound_ns: Transfer time of instances below n½ of their 'ok' fit (ns); NULL when no fit is 'ok'.
 -- @column latency_bound_pct [key]: 100 × latency_bound_ns / fitted_transfer_ns; NULL with not_evaluated_reason.
 -- @column coalescing_saving_ns [key]: Sum of coalescing_saving_ns over 'ok' fits (ns); NULL when no fit is 'ok'.
--- @column covered_comm_pct [key]: 100 × kernel time of the 'ok' fits' sized matched instances / all communication kernel
+-- @column covered_comm_pct: 100 × kernel time of the 'ok' fits' sized matched instances / all communication kernel
 --   time of the job (sum of latency_model.covered_comm_pct over 'ok' rows; 0 when none): what the figures cover.
 -- @column not_evaluated_reason [key]: NULL when latency_bound_pct is given, else 'no_matched_transfers', 'no_sizes',
 --   'no_ok_fit' or 'coverage_below_10pct' (_skew_latency_min_coverage_pct).

@@ -315,7 +315,7 @@ WHERE i.ranks_seen >= 2 AND i.consistent;
 -- @column pg_name: Group, when known.
 -- @column seq [key]: Sequence number, when known.
 -- @column msg_bytes [key]: Largest size S reported across ranks (bytes), when known.
--- @column ranks_seen [key]: Ranks that ran this instance.
+-- @column ranks_seen: Ranks that ran this instance.
 -- @column group_size: Ranks in the instance's group (_skew_comm_instances).
 -- @column group_complete: Seen on every rank of its group.
 -- @column consistent: The ranks agree (queries/skew header); false: the row's skew figures are NULL.
