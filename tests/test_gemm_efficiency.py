@@ -303,6 +303,9 @@ def test_peak_override_and_unknown_device(kineto_job, nsys_job):
     assert u["peak_reason"] == "the trace lists no device name: give --peak-tflops"
     ov = nsys_job.query("gemm_overview").row(0, named=True)
     assert ov["gemm_efficiency_pct"] is None and "give --peak-tflops" in ov["efficiency_reason"]
+    groups = nsys_job.query("gemm_shape_groups")  # an unknown device still groups, with NULL efficiency
+    assert groups.height == 4 and groups["device_model"].is_null().all() and groups["efficiency_pct"].is_null().all()
+    assert set(groups["rule_broken"]) == {"alignment", "wave_quantization", "preferred_alignment", "none"}
     assert kineto_job.query("gemm_efficiency").to_dicts()[1]["peak_source"] == "device_table"
 
 

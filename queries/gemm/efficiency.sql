@@ -365,7 +365,9 @@ g AS (
         FROM ops GROUP BY ALL)
   GROUP BY ALL
 ), j AS (
-  SELECT g.*, rep.r, _gemm_align(g.dtype) AS al FROM g JOIN rep USING (m, n, k, batch, dtype, device_model)
+  SELECT g.*, rep.r, _gemm_align(g.dtype) AS al
+  FROM g JOIN rep ON rep.m = g.m AND rep.n = g.n AND rep.k = g.k AND rep.batch = g.batch
+                 AND rep.dtype IS NOT DISTINCT FROM g.dtype AND rep.device_model IS NOT DISTINCT FROM g.device_model
 ), a AS (
   SELECT j.*,
          concat_ws(',', CASE WHEN m % al.min <> 0 THEN 'M' END, CASE WHEN n % al.min <> 0 THEN 'N' END,
