@@ -205,7 +205,14 @@ def _sizeless(con):
     return con
 
 
-JOBS = {"compute_only": (_compute_only, "no communication kernels"), "sizeless": (_sizeless, "known message size")}
+def _one_rank(con):
+    for table in ("kernels", "comm_ops", "mem_ops", "cpu_ranges", "devices", "ranks"):
+        con.execute(f"DELETE FROM {table} WHERE rank = 1")
+    return con
+
+
+JOBS = {"compute_only": (_compute_only, "no communication kernels"), "sizeless": (_sizeless, "known message size"),
+        "one_rank": (_one_rank, "Only 1 rank in the job")}
 
 
 @pytest.fixture(scope="module", params=sorted(JOBS))
@@ -237,7 +244,9 @@ def test_one_banner_and_no_repeated_diagnostics(lacking):  # tier 3
 def test_no_empty_chart_frame(lacking):  # tier 3
     name, _, _, out = lacking
     specs = _specs(out.read_text(encoding="utf-8"))
-    assert specs and "chart-msgsize" not in specs and "chart-busbw" not in specs
+    absent = ({"chart-skew", "chart-straggler", "chart-lateness"} if name == "one_rank"
+              else {"chart-msgsize", "chart-busbw"})
+    assert specs and not absent & set(specs)
     for cid, spec in specs.items():
         assert not page._drew_nothing(spec), f"{name}: {cid} has no data"
 
@@ -321,3 +330,37 @@ def test_bandwidth_log_axis_and_model_curve():  # tier 2: already so; kept true
     assert curve["size_bytes"].min() == pytest.approx(1024) and curve["size_bytes"].max() == pytest.approx(1 << 20)
     for b, t in curve.select("size_bytes", "model_us").iter_rows():
         assert t == pytest.approx(10.0 + b / (100.0 * 1e3))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Per-iteration trend
+
+
+def test_iteration_trend_chart_marks_warmup_and_outliers():  # tier 2: a frame in iteration_trend's columns
+    rows = [dict(iteration_index=i, rank=r, iteration_source="marker", step_no=10 + i,
+                 iteration_ns=5_000_000 if i == 0 else 2_000_000 + (700_000 if (r, i) == (1, 3) else 0),
+                 comm_exposed_ns=300_000, is_outlier=i == 0 or (r, i) == (1, 3), comm_is_outlier=False,
+                 trend_flag="warmup" if i == 0 else "outlier" if (r, i) == (1, 3) else "normal")
+            for r in (0, 1) for i in range(5)]
+    spec = charts.iteration_trend_chart(pl.DataFrame(rows)).to_dict()
+    (data,) = spec["datasets"].values()
+    assert {(d["rank"], d["iteration_index"], d["flag"]) for d in data if d["flag"] != "normal"} == {
+        ("0", 0, "warmup"), ("1", 0, "warmup"), ("1", 3, "outlier")}
+    assert [d["iteration_ms"] for d in data if d["rank"] == "1"] == pytest.approx([5.0, 2.0, 2.0, 2.7, 2.0])
+    assert "step markers" in spec["title"]["subtitle"]
+    scale = spec["vconcat"][0]["layer"][1]["encoding"]["color"]["scale"]
+    assert scale["domain"] == ["normal", "warmup", "outlier"]
+
+
+@pytest.mark.parametrize("steps,drawn", [(4, True), (1, False)])
+def test_trend_section(steps, drawn):  # tier 3
+    con = fill_job(connect(None), make_run(world_size=2, steps=steps))
+    _, sections, _, _ = page.collect(con)
+    (block,) = next(s for s in sections if s.id == "sec-trend").blocks
+    if drawn:
+        assert block.chart is not None, block.missing
+        (data,) = block.spec()["datasets"].values()
+        trend = run_query(con, "iteration_trend")
+        assert len(data) == trend.height == 2 * steps
+    else:
+        assert block.chart is None and block.missing == "every rank has a single iteration"

@@ -598,7 +598,8 @@ def iteration_trend_chart(df: pl.DataFrame) -> alt.VConcatChart:
     ranks = df["rank"].unique().sort().head(MAX_TREND_RANKS)
     d = df.filter(pl.col("rank").is_in(ranks.implode())).select(
         pl.col("iteration_index").cast(pl.Int64), pl.col("rank").cast(pl.Utf8), "step_no",
-        _in("iteration_ns", "ms").alias("iteration_ms"), _in("comm_exposed_ns", "ms").alias("exposed_ms"),
+        _in("iteration_ns", "ms").round(6).alias("iteration_ms"),
+        _in("comm_exposed_ns", "ms").round(6).alias("exposed_ms"),
         pl.col("trend_flag").fill_null("not evaluated").alias("flag"),
         pl.when(pl.col("comm_is_outlier")).then(pl.lit("outlier"))
         .when(pl.col("comm_is_outlier").not_()).then(pl.lit("normal"))
