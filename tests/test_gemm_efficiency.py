@@ -99,6 +99,13 @@ def test_transposes_from_recorded_strides(con, op, dims, strides, want):  # tier
     ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x256_32x3_tn_align4>(cutlass_80_tensorop_s1688gemm_"
      "128x256_32x3_tn_align4::Params)", (128, 256, 32)),
     ("nvjet_tst_192x208_64x4_1x1_h_bz_coopB_bias_TNT", (192, 208, 64)),
+    # names from a PyTorch 2.11 profile on an H200 (the device check of issue 39)
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", (256, 128, 64)),
+    ("nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT", (128, 128, 128)),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(cutlass_80_simt_sgemm_256x128_8x4_nn_align1::"
+     "Params)", (256, 128, 8)),
+    ("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_nn_align1>(cutlass_75_tensorop_bf16_"
+     "s1688gemm_bf16_256x128_nn_align1::Params)", (256, 128, None)),
     ("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x3_tn", (128, 64, 64)),
     ("ampere_sgemm_32x128_tn", (32, 128, None)),
     ("volta_sgemm_32x32_sliced1x4_tn", (32, 32, None)),
@@ -121,6 +128,9 @@ def test_tile_from_kernel_name(con, name, tile):  # tier 2
     ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128", None, "float8_e4m3", "fp8"),
     ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x32", None, "bfloat16", "bf16"),
     ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", None, None, None),
+    ("cutlass_80_simt_sgemm_256x128_8x4_nn_align1", "float32", "float32", "fp32"),
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32_warpgroupsize2x1x1", "float32", "float32", "tf32"),
+    ("cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_nn_align1", None, "bfloat16", "bf16"),
 ])
 def test_dtype_and_math_type(con, name, recorded, dtype, math):  # tier 2
     got = con.execute("SELECT coalesce(?, _gemm_name_dtype(?)) AS d, _gemm_math(coalesce(?, _gemm_name_dtype(?)), ?)",

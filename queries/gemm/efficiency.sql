@@ -24,7 +24,7 @@
 --                     Bytes moved are gemm_problems.moved_bytes (each input and the output once: a lower bound
 --                     on traffic, so the intensity is an upper bound).
 --   tile              the CTA tile stated in the kernel name (tilesize128x256x64, MT128x128x32, GemmShape<128,
---                     128, 32>, cutlass/nvjet '_128x256_64x3', sgemm_32x128). Names give it in the BLAS's
+--                     128, 32>, cutlass/nvjet '_128x256_64x3' as in nvjet_sm90_tst_256x128_64x4, sgemm_32x128). Names give it in the BLAS's
 --                     column-major terms, where PyTorch's row-major C[M,N] is computed as Cᵀ = Bᵀ·Aᵀ: the first
 --                     figure runs along PyTorch's N. The orientation is confirmed when the launch grid holds a
 --                     whole multiple of the output tiles (the multiple is the split-K factor); otherwise the
@@ -72,7 +72,7 @@ CREATE OR REPLACE MACRO _gemm_tile(name) AS (
     regexp_extract(s, 'tilesize(\d+)x(\d+)x(\d+)', ['a', 'b', 'k']) AS r1,
     regexp_extract(s, 'MT(\d+)x(\d+)x(\d+)', ['a', 'b', 'k']) AS r2,
     regexp_extract(s, 'GemmShape<\s*(\d+),\s*(\d+),\s*(\d+)\s*>', ['a', 'b', 'k']) AS r3,
-    regexp_extract(s, '(?:gemm|nvjet_[a-z]+)_(?:[a-z0-9]+_)??(\d+)x(\d+)_(\d+)x\d+', ['a', 'b', 'k']) AS r4,
+    regexp_extract(s, '(?:gemm|nvjet)_(?:[a-z0-9]+_)*?(\d+)x(\d+)_(\d+)x\d+', ['a', 'b', 'k']) AS r4,
     regexp_extract(s, 'gemm_(?:[a-z0-9]+_)?(\d+)x(\d+)', ['a', 'b']) AS r5,
     regexp_extract(s, 'stages_(\d+)x\d+', 1) AS r5k FROM x)
   SELECT CASE WHEN r1.a <> '' THEN {'a': r1.a::INTEGER, 'b': r1.b::INTEGER, 'k': r1.k::INTEGER}
@@ -213,6 +213,7 @@ CREATE OR REPLACE MACRO _gemm_align(dtype) AS
 -- @column last_wave_fill_pct: Share of the SMs busy in the last wave (%).
 -- @column wave_efficiency_pct: ctas / (⌈waves⌉ × sm_count) × 100.
 -- @column tile_efficiency_pct: Useful share of the tiles' work, M·N·K / (M, N and K rounded up to the tile) × 100 (K unrounded when the K tile is unknown).
+-- @column kernel_align: Operand alignment in elements the kernel name states (CUTLASS '_align1', xmma '_aligna4'), NULL when none: below the dtype's 16-byte minimum it is the slow path a misaligned shape forces.
 CREATE OR REPLACE MACRO gemm_efficiency() AS TABLE
 WITH p AS (
   SELECT g.*, k.name AS kernel_name, k.device_id,
@@ -287,7 +288,8 @@ SELECT kernel_id, rank, short_name, start_ns, duration_ns, op_range_id, op_name,
        CASE WHEN q.orient IN ('blas_grid', 'swapped_grid') THEN 'grid' WHEN q.orient = 'blas_assumed' THEN 'assumed'
        END AS tile_orientation,
        grid_ctas, q.tiles AS output_tiles, q.split_k, q.ctas, q.wave_basis, sm_count, q.waves,
-       q.last_wave_fill_pct, q.wave_efficiency_pct, q.tile_efficiency_pct
+       q.last_wave_fill_pct, q.wave_efficiency_pct, q.tile_efficiency_pct,
+       TRY_CAST(nullif(regexp_extract(coalesce(kernel_name, ''), '_aligna?(\d+)', 1), '') AS INTEGER) AS kernel_align
 FROM r
 ORDER BY rank, start_ns, kernel_id;
 
@@ -358,10 +360,10 @@ g AS (
          arg_max({'short_name': short_name, 'tile_m': tile_m, 'tile_n': tile_n, 'tile_k': tile_k,
                   'orient': tile_orientation, 'ctas': ctas, 'wave_basis': wave_basis, 'split_k': split_k,
                   'sm_count': sm_count, 'waves': waves, 'fill': last_wave_fill_pct, 'wave_eff': wave_efficiency_pct,
-                  'tile_eff': tile_efficiency_pct}, t) AS r
+                  'tile_eff': tile_efficiency_pct, 'align': kernel_align}, t) AS r
   FROM (SELECT m, n, k, batch, dtype, device_model, short_name, tile_m, tile_n, tile_k, tile_orientation, ctas,
                wave_basis, split_k, sm_count, waves, last_wave_fill_pct, wave_efficiency_pct, tile_efficiency_pct,
-               sum(duration_ns) AS t
+               kernel_align, sum(duration_ns) AS t
         FROM ops GROUP BY ALL)
   GROUP BY ALL
 ), j AS (
@@ -421,7 +423,10 @@ SELECT m, n, k, batch, dtype, device_model, math, ops, kernels::BIGINT AS kernel
             WHEN al IS NOT NULL OR r.tile_eff IS NOT NULL OR r.wave_eff IS NOT NULL THEN 'none' END AS rule_broken,
        nullif(concat_ws('; ',
          CASE WHEN len(mis_l) > 0 THEN array_to_string(mis_l, ', ') || ' not a multiple of ' || al.min || ' ('
-                                       || dtype || ': 16 bytes, the minimum)' END,
+                                       || dtype || ': 16 bytes, the minimum)'
+                                       || CASE WHEN r.align < al.min THEN ': its kernel reads ' || r.align
+                                               || '-element pieces (align' || r.align || ' in its name)' ELSE '' END
+              END,
          CASE WHEN len(unpref_l) > 0 THEN array_to_string(unpref_l, ', ') || ' not a multiple of ' || al.preferred
                                           || ' (' || dtype || ': 128 bytes, preferred)' END,
          CASE WHEN r.tile_eff < min_efficiency_pct THEN
@@ -438,10 +443,11 @@ SELECT m, n, k, batch, dtype, device_model, math, ops, kernels::BIGINT AS kernel
        CASE WHEN NOT has_suggestion THEN NULL
             WHEN t0 IS NULL THEN 'no estimate: ' || CASE WHEN r.tile_m IS NULL THEN 'the kernel name states no tile'
                                                          ELSE 'SM count unknown' END
-            ELSE printf('estimate: the same %dx%d tile%s, time ∝ ⌈tiles / %d SMs⌉ × K steps, 1 CTA per SM, split-K '
-                        'and the cost of breaking the 16-byte minimum (no vector loads) not modelled', r.tile_m,
+            ELSE printf('estimate: the same %dx%d tile%s, time ∝ ⌈tiles / %d SMs⌉ × K steps, 1 CTA per SM; split-K '
+                        'and the cost of breaking the 16-byte minimum (no vector loads) not modelled%s', r.tile_m,
                         r.tile_n, CASE WHEN r.tile_k IS NOT NULL THEN ' (K ' || r.tile_k || ')' ELSE '' END,
-                        r.sm_count) END AS gain_basis
+                        r.sm_count, CASE WHEN mis <> '' THEN ', so for this shape the gain is a lower bound'
+                                         ELSE '' END) END AS gain_basis
 FROM f
 ORDER BY total_ns DESC, m, n, k, batch, dtype NULLS LAST, device_model NULLS LAST;
 
