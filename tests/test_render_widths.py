@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from nsys2comm import Job, catalog
 from nsys2comm import output as out_
+from nsys2comm.cli import _open as cli_open
 from nsys2comm.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +40,25 @@ def db(tmp_path_factory) -> Path:
 
 _ROWS: dict[tuple, object] = {}
 _query = Job.query
+_close = Job.close
+_OPEN: dict[str, Job] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_jobs():
+    yield
+    for job in _OPEN.values():
+        _close(job)
+    _OPEN.clear()
+
+
+def _open_once(sources, **kw):
+    """The CLI's ``_open`` for one database: one open job per module (opening is not under test here)."""
+    if len(sources) != 1 or not str(sources[0]).endswith(".duckdb"):
+        return cli_open(sources, **kw)
+    if sources[0] not in _OPEN:
+        _OPEN[sources[0]] = Job.open(sources[0])
+    return _OPEN[sources[0]]
 
 
 def _cached_query(self, name, **params):
@@ -49,12 +69,18 @@ def _cached_query(self, name, **params):
     return _ROWS[key]
 
 
-def run(*args, width: int | None = None, monkeypatch=None):
-    """The CLI in-process; with ``width``, stdout is a terminal that wide (``output._terminal_width``)."""
+def run(*args, width: int | None = None, monkeypatch=None, shared: bool = True):
+    """The CLI in-process; with ``width``, stdout is a terminal that wide (``output._terminal_width``). With a
+    ``monkeypatch``, each query runs once and (``shared``) the database is opened once per module."""
+    from nsys2comm import cli
+
     if width is not None:
         monkeypatch.setattr(out_, "_terminal_width", lambda stream: width)
     if monkeypatch is not None:
         monkeypatch.setattr(Job, "query", _cached_query)
+        if shared:
+            monkeypatch.setattr(cli, "_open", _open_once)
+            monkeypatch.setattr(Job, "close", lambda self: None)
     return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
@@ -200,7 +226,7 @@ def test_schema_keeps_doc_and_queries_list_wraps_descriptions(db, width, monkeyp
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_diff_shows_delta_delta_pct_and_impact_first(db, width, monkeypatch):
-    r = run("diff", db, db, width=width, monkeypatch=monkeypatch)
+    r = run("diff", db, db, width=width, monkeypatch=monkeypatch, shared=False)
     assert r.exit_code == 0, r.output
     mode, recs = _header_and_records(r.stdout)
     lead = ["metric", "key", "delta", "delta_pct", "impact_ns"]
