@@ -124,10 +124,10 @@ class Comparison:
 
 def _dtype(col: str) -> pl.DataType:
     if col in _TEXT:
-        return pl.String
+        return pl.String()
     if col in _BOOL:
-        return pl.Boolean
-    return pl.Float64 if col.endswith(_FLOAT_SUFFIX) else pl.Int64
+        return pl.Boolean()
+    return pl.Float64() if col.endswith(_FLOAT_SUFFIX) else pl.Int64()
 
 
 def _empty(cols: tuple[str, ...]) -> pl.DataFrame:

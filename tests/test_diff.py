@@ -726,6 +726,8 @@ def test_captures_without_markers_compare_per_detected_iteration(tmp_path):
     assert job["impact_ns"] == job["delta"] == pytest.approx(
         sum(gpu["new"][r]["exposed"] - gpu["base"][r]["exposed"] for r in range(4)))
     assert _row(df, "job", "wait_ns_per_step")["impact_ns"] is None  # a cause, not exposed or idle time
+    per_op = df.filter(pl.col("metric").str.ends_with("_per_op"))  # per operation, not per step: no step impact
+    assert per_op.height and per_op["impact_ns"].null_count() == per_op.height
     # diff X X on detected iterations: every delta and impact 0
     assert (same.rows["delta"].drop_nulls() == 0).all() and (same.rows["impact_ns"].drop_nulls() == 0).all()
     assert same.headline["per"] == "step" and same.headline["step_impact_ns"] == 0
@@ -740,3 +742,20 @@ def test_captures_without_markers_compare_per_detected_iteration(tmp_path):
     r = runner("diff", b, n)
     assert r.exit_code == 0, r.output
     assert "impact on step time" in r.stderr and "exposed_comm_ns_per_step" in r.stdout
+
+
+def test_failed_analyses_leave_nulls_not_zeros(con):  # tier 2: the diff macros on sides whose analyses failed
+    """Two runs whose every analysis returned nothing (the base's overlap and exposure failed): no value is
+    invented. The only known row is the job's steps (1: no iterations), every other value, delta and impact is NULL,
+    and missing names each failure."""
+    empty = {name: compare._empty(cols) for name, cols in compare.COLUMNS.items()}
+    base = compare.Side("b", dict(empty), failed={"overlap_by_rank": "boom", "msg_size_exposure": "bust"})
+    c = compare.compare_sides(base, compare.Side("n", dict(empty)), con)
+    assert c.headline["per"] == "window" and c.headline["impact_ns"] is None and c.headline["step_impact_ns"] is None
+    known = c.rows.filter(pl.col("base").is_not_null() | pl.col("new").is_not_null())
+    assert known.select("section", "metric", "base", "new", "delta").rows() == [("job", "steps", 1.0, 1.0, 0.0)]
+    assert c.rows["impact_ns"].null_count() == c.rows.height > 0
+    assert "base: analysis 'overlap_by_rank' failed: boom" in c.missing
+    assert "base: analysis 'msg_size_exposure' failed: bust" in c.missing
+    assert any(m.startswith("base: no steps (no step markers") for m in c.missing)
+    assert c.base["iteration_source"] == "whole_capture" and c.base["has_steps"] is False

@@ -233,8 +233,9 @@ ORDER BY section, metric, collective NULLS FIRST, group_size NULLS FIRST, bucket
 -- @column section [key]: 'job', 'collective', 'rank', 'skew' or 'latency'.
 -- @column metric [key]: Metric name (the step basis' name).
 -- @column meaning [key]: What the value is, from which catalog column.
--- @column has_impact: True when the metric is itself exposed communication or idle time, so its rows carry an
--- impact_ns (this file's header).
+-- @column has_impact: True when the metric is itself exposed communication or idle time per step, so its rows carry
+-- an impact_ns on the step basis (on the window basis only the job's exposed communication and each size bucket's
+-- exposed_ns_per_op do: this file's header).
 -- @column section_ord: Order of the section (0 = job).
 -- @column metric_ord: Order of the metric (over all sections).
 CREATE OR REPLACE MACRO diff_metrics() AS TABLE
@@ -257,7 +258,7 @@ WITH m(metric_ord, section, metric, meaning, has_impact) AS (VALUES
   (15, 'collective', 'exposed_ns_per_step', 'msg_size_exposure.exposed_ns / steps (all ranks)', true),
   (16, 'collective', 'bytes_per_op', 'msg_size_histogram.total_bytes / ops: mean size S of an operation', false),
   (17, 'collective', 'time_ns_per_op', 'msg_size_histogram.total_ns / ops: kernel time per operation', false),
-  (18, 'collective', 'exposed_ns_per_op', 'msg_size_exposure.exposed_ns / ops: exposed time per operation', true),
+  (18, 'collective', 'exposed_ns_per_op', 'msg_size_exposure.exposed_ns / ops: exposed time per operation', false),
   (19, 'collective', 'busbw_gbps', 'collective_bandwidth.busbw_gbps, per group size (a recorded group size before an '
                                'assumed one)', false),
   (20, 'rank', 'exposed_comm_ns_per_step', 'overlap_by_step.exposed_comm_ns summed over the rank''s steps / its steps '
@@ -351,9 +352,8 @@ d AS (
 ),
 i AS (
   SELECT d.*, o.section_ord, o.metric_ord,
-         CASE WHEN NOT o.has_impact THEN NULL
-              WHEN (SELECT by_step FROM basis) THEN
-                CASE WHEN d.base IS NOT NULL OR d.new IS NOT NULL
+         CASE WHEN (SELECT by_step FROM basis) THEN
+                CASE WHEN o.has_impact AND (d.base IS NOT NULL OR d.new IS NOT NULL)
                      THEN coalesce(d.new, CASE WHEN new_complete THEN 0 END)
                           - coalesce(d.base, CASE WHEN base_complete THEN 0 END) END
               WHEN d.section = 'job' AND d.metric = 'exposed_comm_ns_per_step'
