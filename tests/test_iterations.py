@@ -222,3 +222,34 @@ def test_example_markers_and_detection_agree():
         if before:
             mismatched.append(m["rank"])
     assert mismatched == [1, 3]
+
+
+# tier 4: a real trace with five ProfilerSteps (../shared), detection against its markers, from the JSON
+def test_real_trace_detection_matches_its_steps(shared_traces):
+    """HTA's df_index_resolver trace (one rank, ProfilerStep#2..#6, 564 GEMMs per step on stream 7, all its
+    all_reduces on another stream): detection ignoring the markers finds five iterations, and each boundary is, within
+    one GEMM, the first GEMM launched inside the next step (launches read from the JSON by correlation id; each step
+    starts with some 400 other kernels, so a kernel's start time alone would not place it)."""
+    from nsys2comm.api import Job
+
+    trace = shared_traces / "kineto" / "hta_df_index_resolver" / "df_index_resolver.json.gz"
+    with gzip.open(trace) as fh:
+        ev = json.loads(fh.read())["traceEvents"]
+    ns = lambda x: round(x * 1000)  # noqa: E731
+    steps = sorted((ns(e["ts"]), ns(e["ts"] + e["dur"])) for e in ev
+                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    launch = {e["args"]["correlation"]: ns(e["ts"]) for e in ev
+              if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    with Job.open(str(trace)) as job:
+        det = job.query("iterations", use_markers=False).to_dicts()
+    assert len(steps) == 5 and [d["iteration_source"] for d in det] == ["detected"] * 5
+    assert {d["ranks_agree"] for d in det} == {True} and {d["period_kernels"] for d in det} == {564}
+    # the GEMMs of the detected stream by name (the trace's are volta_sgemm_* and the like), in start order
+    stream = det[0]["stream_id"]
+    ks = sorted((ns(e["ts"]), launch[e["args"]["correlation"]]) for e in ev
+                if e.get("cat") == "kernel" and e["args"].get("stream") == stream and "gemm" in e["name"].lower()
+                and e["args"].get("correlation") in launch)
+    starts = [s for s, _ in ks]
+    for d, (step_start, _) in zip(det[1:], steps[1:], strict=True):
+        want = next(i for i, (_, lt) in enumerate(ks) if lt >= step_start)
+        assert abs(starts.index(d["start_ns"]) - want) <= 1

@@ -15,8 +15,10 @@
 --      a stream runs its kernels in issue order: across streams two interleaved groups (say a TP all_reduce stream
 --      and a DP reduce_scatter stream) swap order from one iteration to the next with timing jitter, which breaks
 --      any exact repetition of the merged sequence.
---   2. Candidate periods p: the distances between consecutive occurrences of the same token (an iteration's
---      once-per-iteration kernels recur exactly p apart), the 64 most frequent, p <= n / 2.
+--   2. Candidate periods p: the distances from each token to its 1st .. 16th previous occurrence (a token that
+--      occurs m <= 16 times per iteration recurs exactly p apart at its m-th previous occurrence, so nearly every
+--      position votes for the true period even when no kernel occurs once per iteration), the 64 most frequent,
+--      p <= n / 2.
 --   3. score(p) = share of positions i >= p whose token equals the token at i − p.
 --   4. The period: the smallest candidate whose score is >= min_score (default 0.9) and within 0.01 of the best
 --      score (the multiples 2p, 3p of the true period score as well as p; a sub-period such as one layer of a
@@ -94,7 +96,10 @@ cg AS (
          row_number() OVER (PARTITION BY cg.rank ORDER BY cg.start_ns, cg.kernel_id) - 1 AS i
   FROM cg JOIN st USING (rank, stream_id)
 ), n AS (SELECT rank, count(*) AS n FROM seq GROUP BY rank
-), dist AS (SELECT rank, i - lag(i) OVER (PARTITION BY rank, tok ORDER BY i) AS p FROM seq
+), dist AS (  -- distances to the 16 previous occurrences of the same token (one window pass)
+  SELECT rank, i - unnest(prev) AS p
+  FROM (SELECT rank, i, list(i) OVER (PARTITION BY rank, tok ORDER BY i
+                                      ROWS BETWEEN 16 PRECEDING AND 1 PRECEDING) AS prev FROM seq)
 ), cand AS (
   SELECT d.rank, d.p FROM dist d JOIN n USING (rank)
   WHERE d.p IS NOT NULL AND 2 * d.p <= n.n
