@@ -249,3 +249,17 @@ def test_example_breakdown_against_json():
     # rank 7 arrives last at the first five collectives; its idle GPU is mostly waiting for launches
     r7 = rows[7]
     assert r7["times_last"] == 5 and r7["host_bound_idle_ns"] > 0.5 * r7["iteration_ns"]
+
+
+# tier 2: the CLI's --step-marker onto the catalog's marker parameter
+def test_step_marker_option():
+    from nsys2comm.cli import _with_step_marker
+    from nsys2comm.errors import UsageError
+
+    assert _with_step_marker("iteration_trend", {"epsilon_ns": 5}, "train_step") == {
+        "epsilon_ns": 5, "marker": "train_step"}
+    assert _with_step_marker("rank_wait", {}, None) == {}
+    with pytest.raises(UsageError, match="rank_wait takes no step marker"):
+        _with_step_marker("rank_wait", {}, "train_step")
+    with pytest.raises(UsageError, match="disagree"):
+        _with_step_marker("iterations", {"marker": "a"}, "b")
