@@ -243,9 +243,11 @@ def test_report_sections_and_missing_data(report):
         assert f'id="{sid}"' in html, sid
     # the ingest note is shown as a warning in the overview
     assert "re-export with --include-blobs=true" in html
-    # a section without data says why instead of vanishing
+    # a section without data says why, in one line, instead of vanishing
     for m in re.findall(r'<p class="missing">(.*?)</p>', html, re.S):
-        assert "Why:" in m or "No data:" in m or "No findings" in m, m
+        assert "No data:" in m or "No findings" in m, m
+    lines = re.findall(r'<p class="missing na">(.*?)</p>', html, re.S)
+    assert lines and all(re.fullmatch(r"<strong>Not available:</strong> \S.*", m, re.S) for m in lines), lines
 
 
 def test_report_images(report):

@@ -289,6 +289,9 @@ def test_changes_table_labels_and_impact_once_per_subject():  # tier 2
     top = page.changes_frames(rows).frames["diff_top"]
     assert top["metric_text"].to_list() == ["exposed comm per step", "idle per step", "exposed comm per step"]
     assert top["impact_text"].to_list() == [f"+{duration(1.5e6)}", "as above", f"+{duration(2e5)}"]
+    # impacts of their own (per metric) are each said; an unknown one is no impact
+    top = page.changes_frames(rows.with_columns(pl.Series("impact_ns", [1.5e6, 5e5, None]))).frames["diff_top"]
+    assert top["impact_text"].to_list() == [f"+{duration(1.5e6)}", f"+{duration(5e5)}", None]
     html = page.table(top, page.CHANGES_SECTION.blocks[-1].columns)
     assert "_ns_per_step</td>" not in html and "exposed comm per step</td>" in html
 
