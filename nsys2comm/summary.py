@@ -106,6 +106,7 @@ bandwidth needs message sizes.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -575,10 +576,16 @@ def wrap_lines(lines: list[str], width: int | None = TEXT_WIDTH) -> str:
     if width is None:
         return "\n".join(lines)
     out: list[str] = []
-    for line in lines:
-        out += textwrap.wrap(line, width, subsequent_indent="  ", break_long_words=False,
-                             break_on_hyphens=False) or [""]
+    for line in lines:  # a number and its unit stay on one line: joined by a no-break space while wrapping
+        glued = _NUMBER_UNIT.sub("\\1\u00a0\\2", line)
+        out += [w.replace("\u00a0", " ") for w in textwrap.wrap(glued, width, subsequent_indent="  ",
+                                                                  break_long_words=False, break_on_hyphens=False)
+                or [""]]
     return "\n".join(out)
+
+
+_NUMBER_UNIT = re.compile(r"(\d[\d.,]*) (ns|µs|ms|s|GB/s|B|KiB|MiB|GiB|TiB|ops?|ranks?|rank\(s\)|file\(s\)|"
+                          r"group\(s\)|longer|shorter|lost)(?=[\s,;.)]|$)")
 
 
 def format_summary(s: dict, width: int | None = None) -> str:

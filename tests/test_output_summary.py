@@ -48,6 +48,7 @@ def test_lines_are_wrapped_at_spaces_without_splitting_numbers(example_summary, 
     for line in text.splitlines():
         assert len(line) <= width or " " not in line.strip(), line  # only a single over-long word may stick out
     assert NUMBER.findall(text) == NUMBER.findall(flat)  # every number whole, in order
+    assert not re.search(r"\d\n +(ns|µs|ms|s|GB/s|B|KiB|MiB|GiB|ops?)\b", text)  # and beside its unit
     assert text.split() == flat.split()  # nothing lost or cut: only line breaks changed
     assert all(line.startswith("  ") for line in text.splitlines()
                if not re.match(r"^[A-Za-z-]+[ A-Za-z-→]*:", line))  # continuation lines are indented
