@@ -30,8 +30,10 @@
 --      last iteration), and s0 itself when s0 >= p / 2 (a warm-up at least half an iteration long is an iteration
 --      of its own; a shorter one joins the first iteration).
 --   6. Cross-check: ranks_agree says whether every detected rank found the same number of iterations.
--- Known limit: a sub-period that explains >= 99 % of the sequence (a model of 100 identical layers with nothing
--- else in the loop) is taken for the iteration; markers avoid it.
+-- Known limits: a sub-period that explains >= 99 % of the sequence (a model of 100 identical layers with nothing
+-- else in the loop) is taken for the iteration; a loop whose GEMM order changes from one iteration to the next (HTA's
+-- sampled 2-rank trace: 23 % of positions repeat at the step length) is not found, and stays whole_capture;
+-- markers avoid both.
 
 -- @macro _lateness_epsilon_ns
 -- Default of epsilon_ns (ns), the launch latency allowance of late_arrival_causes, late_rank_host_ops,
