@@ -221,10 +221,15 @@ def kineto_job(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def nsys_job(tmp_path_factory):
+def nsys_file(tmp_path_factory) -> Path:
     """The same run as an nsys 3.25 export with emit_nvtx sizes (no dtypes, no device name)."""
     run, ops = _run()
-    job = Job.ingest([write_nsys(run, tmp_path_factory.mktemp("geff-n") / "n.sqlite", gemm_ops=ops)], db=None, jobs=1)
+    return write_nsys(run, tmp_path_factory.mktemp("geff-n") / "n.sqlite", gemm_ops=ops)
+
+
+@pytest.fixture(scope="module")
+def nsys_job(nsys_file):
+    job = Job.ingest([nsys_file], db=None, jobs=1)
     yield job
     job.close()
 
@@ -335,6 +340,42 @@ def test_both_sources_give_the_same_efficiency_rows(kineto_job, nsys_job):
     finally:
         for j in (kineto_job, nsys_job):
             j.set_peaks()
+
+
+def test_summary_keys_and_findings(kineto_job, nsys_job):
+    """tier 3: summary --json's gemm_time_pct, gemm_efficiency_pct and mfu_pct are gemm_overview's; null ones are
+    named in missing with their reason; the report's finding states the largest group's broken rule."""
+    model = "params=1e9,seq=2048,micro_batch=1,dtype=bf16"
+    ov = kineto_job.query("gemm_overview", params=1e9, seq=2048, micro_batch=1, model_dtype="bf16").row(0, named=True)
+    s = kineto_job.summary(model=model)
+    for key in ("gemm_time_pct", "gemm_efficiency_pct", "mfu_pct"):
+        assert s[key] == pytest.approx(ov[key], rel=1e-5), key
+    n = nsys_job.summary()
+    assert n["gemm_efficiency_pct"] is None and n["mfu_pct"] is None and n["gemm_time_pct"] is not None
+    assert ("gemm_efficiency_pct: not available (the trace lists no device name: give --peak-tflops)"
+            in n["missing"])
+    assert any(m.startswith("mfu_pct: not available (no model given") for m in n["missing"])
+    from nsys2comm.report.findings import gemm_findings
+    texts = [f.text for f in gemm_findings(kineto_job.query("gemm_overview"), kineto_job.query("gemm_shape_groups"))]
+    assert any("of the H100 SXM's bf16 peak" in t and "(M=4096, N=5120, K=1365, bfloat16" in t
+               and "K=1365 not a multiple of 8" in t for t in texts), texts
+    assert any(t.startswith("1 GEMM op(s) would run faster than the device's peak") for t in texts), texts
+
+
+def test_cli_peak_tflops(nsys_file):
+    """tier 3: --peak-tflops gives the unnamed device a peak in summary --json; a non-positive value is a usage
+    error."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from nsys2comm.cli import app
+    r = CliRunner().invoke(app, ["summary", str(nsys_file), "--json", "--peak-tflops", "989.5"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["gemm_efficiency_pct"] is not None and 0 < doc["gemm_efficiency_pct"] <= 100
+    bad = CliRunner().invoke(app, ["summary", str(nsys_file), "--peak-tflops", "0"])
+    assert bad.exit_code != 0 and "peak-tflops must be a positive number of TFLOP/s" in bad.output
 
 
 # ------------------------------------------------------------------------------------------ tier 4: real traces
