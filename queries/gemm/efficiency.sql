@@ -520,8 +520,14 @@ agg AS (
 why AS (
   SELECT CASE WHEN (SELECT count(*) FROM e) = 0 THEN 'the job has no GEMM kernels'
               WHEN (SELECT count(*) FROM e WHERE status = 'main') = 0 THEN
-                'no GEMM kernel has a recorded shape (' || (SELECT arg_max(status, c) FROM
-                  (SELECT status, count(*) AS c FROM e GROUP BY ALL)) || '): profile with record_shapes=True'
+                'no GEMM kernel has a recorded shape: ' || (SELECT CASE arg_max(status, c)
+                  WHEN 'no_shapes' THEN 'their ops record none (profile with record_shapes=True)'
+                  WHEN 'no_op' THEN 'no matrix-multiply op encloses their launches (record the ops: PyTorch profiler '
+                                    || 'with record_shapes=True, or emit_nvtx(record_shapes=True) under nsys)'
+                  WHEN 'no_launch' THEN 'their launch calls are not in the trace (CUDA graph replays, or no runtime '
+                                        || 'events)'
+                  ELSE 'their recorded shapes do not fit the ops (unknown_layout)' END
+                  FROM (SELECT status, count(*) AS c FROM e GROUP BY ALL))
               WHEN (SELECT count(*) FROM ops) = 0 THEN
                 coalesce((SELECT any_value(peak_reason) FROM e WHERE status = 'main' AND peak_reason IS NOT NULL),
                          'every op with a shape runs above the peak (a wrong shape, device or clock)')
