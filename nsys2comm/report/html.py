@@ -252,6 +252,10 @@ def collect(con, step: int | None = None) -> tuple[Fetched, list[Section], list[
     heading: list[tuple[str, str]] = []
 
     def timeline(got: Fetched) -> list:
+        if "iterations" in got.errors and step is None:  # step_timeline's own choice, said as such
+            heading.append(("Timeline of one step", "Shown: the middle one of the marked steps, or the whole capture "
+                            f"without step markers ({got.errors['iterations']})."))
+            return [q for q in QUERIES if q.name == "step_timeline"]
         query, title, said = choose_step(got.get("iterations"), step)
         heading.append((title, said))
         return [query]
