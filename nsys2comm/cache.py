@@ -337,6 +337,9 @@ def _file_state(path: str) -> str | None:
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{hashlib.sha256(head).hexdigest()}"
 
 
+_SPOOL_PREFIX = "nsys2comm-spool-"  # ingest.base.SPOOL_PREFIX (a layer above this one)
+
+
 def _key_record(path: str) -> str:
     real = os.path.realpath(path)
     return str(usercache.directory() / "content-keys" / hashlib.sha256(real.encode()).hexdigest()[:32])
@@ -357,6 +360,8 @@ def _recorded(path: str, state: str) -> dict:
 def _record(path: str, state: str, **checked: str) -> None:
     """Remember what a session checked on the file in this state, beside what others checked in the same state
     (best effort: an unwritable cache only costs time)."""
+    if os.path.basename(os.path.dirname(path)).startswith(_SPOOL_PREFIX):
+        return  # a writer's pipeline database (jobwrite): removed when its process ends, never opened again
     target = _key_record(path)
     tmp = f"{target}.{os.getpid()}.tmp"
     rec = _recorded(path, state) | checked | {"path": os.path.realpath(path), "state": state}

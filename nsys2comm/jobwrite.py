@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import pyarrow as pa
+
 from . import jobdir
 from .db import connect
 from .errors import InputError, as_user_error
@@ -92,8 +94,13 @@ def _dead_temps(root: Path) -> list[Path]:
 
 
 def _remove(paths: list[Path]) -> list[str]:
+    import shutil
+
     for path in paths:
-        path.unlink(missing_ok=True)
+        if path.is_dir() and not path.is_symlink():  # a batch's temp directory (write_many)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return [str(path) for path in paths]
 
 
@@ -111,9 +118,23 @@ def committed_sha16(root: Path, sha16: str) -> bool:
 
 
 def _pipeline():
+    """This process's pipeline database: a temp DuckDB file copied from the catalog template (≈ 1 ms; installing
+    the catalog into an in-memory database took 2-15 s of each writer process), else in memory. Removed at exit,
+    or by the next ingest when this process was killed (its name starts with the spool prefix and this pid)."""
     global _con
     if _con is None:
-        _con = connect(None, objects=False)  # ingest installs the macros while the first trace decodes
+        import atexit
+        import shutil
+        import tempfile
+
+        from .ingest.base import SPOOL_PREFIX
+
+        d = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-pipeline-")
+        atexit.register(shutil.rmtree, d, True)
+        try:
+            _con = connect(Path(d) / "pipeline.duckdb", write=True)
+        except Exception:  # noqa: BLE001 - no template here: in memory, the catalog installed by ingest
+            _con = connect(None, objects=False)
     return _con
 
 
@@ -126,7 +147,8 @@ def write_one(path: str, out: str, rank: int | None = None, world_size: int | No
     if committed(root, sha):
         return FileResult(path, "skipped", "already ingested")
     con = _pipeline()
-    res = ingest(con, [path], rank=rank, world_size=world_size, keep_going=False, jobs=1, read_extra=read_extra)[0]
+    res = ingest(con, [path], rank=rank, world_size=world_size, keep_going=False, jobs=1, read_extra=read_extra,
+                 store_sweeps=False)[0]
     if res.status != "ingested" or res.file_id is None:  # the same file twice in one process: its rows are gone
         return FileResult(path, "skipped", "already ingested")
     try:
@@ -135,6 +157,184 @@ def write_one(path: str, out: str, rank: int | None = None, world_size: int | No
         for table in jobdir.table_columns():
             con.execute(f"DELETE FROM {table} WHERE file_id = ?", [res.file_id])
     return FileResult(path, "ingested", "", fid, res.ranks)
+
+
+def write_many(paths: list[str], out: str, rank: int | None = None, world_size: int | None = None,
+               read_extra: dict | None = None) -> list[tuple[FileResult | None, Exception | None]]:
+    """Several small traces into the job directory (the unit of work of a writer process for small files): one
+    in-memory ingest for all of them (batched, see ingest._write_batch), one COPY per table for all their parts,
+    then each file's parts renamed into place, its ``files`` part last: every file still commits on its own, and a
+    bad one fails alone. Per file (its result, or its error)."""
+    root = Path(out)
+    results: list[tuple[FileResult | None, Exception | None]] = [(None, None)] * len(paths)
+    done = _committed_names(root)  # once per batch: each glob over rank=* lists every rank's directory
+    todo: dict[str, tuple[int, str]] = {}
+    for i, path in enumerate(paths):
+        try:
+            detect(Path(path))  # not a trace: fail before hashing
+            sha = sha256_of(Path(path))
+        except Exception as err:  # noqa: BLE001 - per file
+            results[i] = (None, err)
+            continue
+        if jobdir.part_name(sha) in done:
+            results[i] = (FileResult(path, "skipped", "already ingested"), None)
+        else:
+            todo[str(Path(path).resolve())] = (i, sha)
+    if not todo:
+        return results
+    con = _pipeline()
+    order = list(todo)
+    try:
+        ingested = []
+        for res in ingest(con, order, world_size=world_size, keep_going=True, jobs=1, read_extra=read_extra,
+                          store_sweeps=False):
+            i, sha = todo[str(Path(res.path).resolve())]
+            if res.status == "failed":
+                results[i] = (None, InputError(res.message.split(": ", 1)[-1], path=paths[i]))
+            elif res.status != "ingested" or res.file_id is None:
+                results[i] = (FileResult(paths[i], "skipped", "already ingested"), None)
+            else:
+                ingested.append((i, sha, res))
+        ranks_of = {i: res.ranks for i, _sha, res in ingested}
+        for i, fid, error in _export_many(con, root, [(int(res.file_id or 0), sha, i, paths[i], res.ranks)
+                                                      for i, sha, res in ingested], done):
+            results[i] = ((None, error) if error is not None
+                          else (FileResult(paths[i], "ingested", "", fid, ranks_of[i]), None))
+    finally:
+        for table in jobdir.table_columns():
+            con.execute(f"DELETE FROM {table}")
+    return results
+
+
+def _committed_names(root: Path) -> set[str]:
+    """Names of the committed parts (``files`` parts), read once."""
+    return {p.name for p in (root / jobdir.COMMIT_TABLE).glob("rank=*/part-*.parquet")}
+
+
+def _export_many(con, root: Path, files: list[tuple[int, str, int, str, list]], commits: set[str]):
+    """Yield (index, file id, error) per file, in index order. ``files``: (file id in the pipeline, sha256, the
+    caller's index of the file, its path, its ranks). Claims first (a file whose rank is taken fails alone), then
+    one COPY per table for the claimed files (``_copy_parts``), each file committed by its ``files`` part."""
+    ok: list[tuple[int, int, str, int, list[Path]]] = []  # (f0, fid, sha, index, claims)
+    out: list[tuple[int, int | None, Exception | None]] = []
+    for f0, sha, i, path, ranks in files:
+        try:
+            fid, claims = _claim_file(con, root, sha, path, ranks, commits)
+            ok.append((f0, fid, sha, i, claims))
+        except Exception as err:  # noqa: BLE001 - per file
+            out.append((i, None, err))
+    if ok:
+        try:
+            _copy_parts(con, root, [(f0, fid, sha) for f0, fid, sha, _i, _c in ok])
+            out += [(i, fid, None) for _f0, fid, _sha, i, _c in ok]
+        except Exception as err:  # noqa: BLE001 - e.g. a full disk: nothing of the uncommitted files stays
+            for _f0, fid, sha, i, claims in ok:
+                if committed(root, sha):
+                    out.append((i, fid, None))
+                    continue
+                _remove_parts(root, sha[:16])
+                for c in claims:
+                    c.unlink(missing_ok=True)
+                out.append((i, None, err))
+    yield from sorted(out, key=lambda o: o[0])
+
+
+def _claim_file(con, root: Path, sha: str, path: str, ranks: list, commits: set[str]) -> tuple[int, list[Path]]:
+    """A file's id in the job directory and its claims on its ranks (as _export, before any part is written)."""
+    if not ranks or ranks[0] is None:
+        raise InputError("holds no rank", path=path, hint="give --rank N")
+    fid = ranks[0] + 1
+    if not 0 < fid < _MAX_FILE_ID:
+        raise InputError(f"rank {ranks[0]} is too large for a Parquet job (file ids are the smallest rank + 1, below "
+                         f"{_MAX_FILE_ID})", path=path, hint="ingest it into a DuckDB file (--db FILE.duckdb)")
+    claims = _claim_ranks(root, [r for r in ranks if r is not None], sha, path)
+    try:
+        _check_rank_collisions(con, root, [r for r in ranks if r is not None], sha, path, commits)
+    except BaseException:
+        for c in claims:
+            c.unlink(missing_ok=True)
+        raise
+    return fid, claims
+
+
+_COPIES = iter(range(1 << 62))  # tokens of this process's batch COPYs (their temp files' names)
+
+
+def _copy_plan(con, files: list[tuple[int, int, str]]) -> tuple[dict, dict] | None:
+    """Per table the SELECT of the batch's rows and the part name of each rank ({rank: part}); None where a rank
+    holds rows of two files or rows have no rank (the files are then written part by part)."""
+    _map = pa.table({"f0": pa.array([f[0] for f in files], pa.int32()),  # read by DuckDB below
+                     "fid": pa.array([f[1] for f in files], pa.int32()),
+                     "part": [jobdir.part_name(f[2]) for f in files]})
+    con.execute("CREATE OR REPLACE TEMP TABLE _jobwrite_map AS SELECT * FROM _map")
+    tables = [t for t in jobdir.table_columns() if t != jobdir.COMMIT_TABLE] + [jobdir.COMMIT_TABLE]
+    selects, owners = {}, {}
+    for table in tables:
+        idc = ID_COLUMNS.get(table) or ("kernel_id" if table == "comm_ops" else None)
+        shift = f", {idc} - (t.file_id::BIGINT << {ID_SHIFT}) + (m.fid::BIGINT << {ID_SHIFT}) AS {idc}" if idc else ""
+        rank = "t.rank"
+        if table == jobdir.COMMIT_TABLE:  # its part goes under the file's first rank (as _write_parts)
+            rank = "(SELECT min(rank) FROM ranks r WHERE r.file_id = t.file_id)"
+        rows = con.execute(f"SELECT {rank} AS rank, list(DISTINCT m.part) FROM {table} t "
+                           "JOIN _jobwrite_map m ON t.file_id = m.f0 GROUP BY ALL").fetchall()
+        if any(r is None or len(parts) != 1 for r, parts in rows):
+            return None
+        if rows:
+            owners[table] = {r: parts[0] for r, parts in rows}
+            extra = f", {rank} AS rank" if table == jobdir.COMMIT_TABLE else ""
+            selects[table] = (f"SELECT t.* REPLACE (m.fid::INTEGER AS file_id{shift}){extra} FROM {table} t "
+                              "JOIN _jobwrite_map m ON t.file_id = m.f0")
+    return selects, owners
+
+
+def _copy_parts(con, root: Path, files: list[tuple[int, int, str]]) -> None:
+    """Every table's parts of ``files`` (pipeline file id, job file id, sha256): one COPY per table for all of
+    them, partitioned by rank straight into the job's rank directories under temp names (``.*.tmp``: no reader
+    sees them, and a dead writer's are removed), each then renamed to its part name; the ``files`` parts last.
+    The same writer, columns and values as ``_write_parts``' COPY per part (≈ 5 ms of planning each, five or more
+    per one-kernel trace). Where a rank of the batch holds rows of two files, or rows without a rank, the files are
+    written part by part instead."""
+    plan = _copy_plan(con, files)
+    if plan is None:
+        for f0, fid, sha in files:
+            ranks = [r for (r,) in con.execute("SELECT rank FROM ranks WHERE file_id = ? ORDER BY rank",
+                                               [f0]).fetchall()]
+            _write_parts(con, root, f0, fid, sha, ranks)
+        return
+    selects, owners = plan
+    token = f"w{os.getpid()}x{next(_COPIES)}"
+    moves: list[tuple[Path, Path]] = []
+    try:
+        for table, select in selects.items():
+            keep = "false" if table == jobdir.COMMIT_TABLE else "true"  # files parts have no rank column
+            con.execute(f"COPY ({select}) TO {catalog_sql_string(str(root / table))} (FORMAT parquet, "
+                        f"COMPRESSION zstd, PARTITION_BY (rank), WRITE_PARTITION_COLUMNS {keep}, "
+                        f"OVERWRITE_OR_IGNORE true, FILENAME_PATTERN '.{token}_{{i}}.{_HOST}.{os.getpid()}', "
+                        "FILE_EXTENSION 'tmp')")
+            for r, part in owners[table].items():
+                d = root / table / jobdir.rank_dir(r)
+                moves.append((d / f".{token}_0.{_HOST}.{os.getpid()}.tmp", d / part))
+                if (d / f".{token}_1.{_HOST}.{os.getpid()}.tmp").exists():
+                    raise RuntimeError(f"a COPY wrote two files for one part in {d}")
+        for src, final in sorted(moves, key=lambda m: m[1].parts[-3] == jobdir.COMMIT_TABLE):  # commits last
+            _publish(src, final)
+    except BaseException:
+        for src, _final in moves:
+            with contextlib.suppress(OSError):
+                src.unlink()
+        for table in selects:
+            for leftover in (root / table).glob(f"rank=*/.{token}_*.tmp"):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+        raise
+
+
+def _publish(src: Path, final: Path) -> None:
+    os.replace(src, final)  # atomic on one file system; a function of its own for the tests' full disk
+
+
+def catalog_sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _export(con, root: Path, f0: int, sha: str, path: str) -> int:
@@ -283,10 +483,13 @@ def _copy(con, select: str, final: Path) -> None:
         raise
 
 
-def _check_rank_collisions(con, root: Path, ranks: list[int], sha: str, path: str) -> None:
-    """A rank already committed by another trace: refused as for a DuckDB file (the reader checks it too)."""
+def _check_rank_collisions(con, root: Path, ranks: list[int], sha: str, path: str,
+                           commits: set[str] | None = None) -> None:
+    """A rank already committed by another trace: refused as for a DuckDB file (the reader checks it too).
+    ``commits``: the committed part names, when the caller has read them."""
     mine = jobdir.part_name(sha)
-    commits = {p.name for p in (root / jobdir.COMMIT_TABLE).glob("rank=*/part-*.parquet")}
+    if commits is None:
+        commits = _committed_names(root)
     for r in ranks:
         d = root / "ranks" / jobdir.rank_dir(r)
         other = sorted(p for p in d.glob("part-*.parquet") if p.name != mine and p.name in commits)
@@ -332,27 +535,56 @@ def write(paths: Iterable[str | Path], out: str | Path, *, rank: int | None = No
     return results
 
 
+WRITE_MANY_FILES = 64  # small files per writer task (write_many)
+
+
+def _tasks(args: list[tuple]) -> list[list[tuple]]:
+    """The files in input order: consecutive small files in groups (write_many), any other file alone."""
+    from .ingest import SMALL_FILE_BYTES
+
+    tasks: list[list[tuple]] = []
+    for a in args:
+        try:
+            small = os.path.getsize(a[0]) <= SMALL_FILE_BYTES
+        except OSError:
+            small = False  # write_one reports it
+        small = small and a[2] is None  # --rank: one file, written alone
+        if small and tasks and len(tasks[-1]) < WRITE_MANY_FILES and tasks[-1][0][5]:
+            tasks[-1].append((*a, True))
+        else:
+            tasks.append([(*a, small)])
+    return tasks
+
+
+def _work(task: list[tuple]) -> list[tuple[FileResult | None, Exception | None]]:
+    """A task's files: write_many for several small ones, write_one for one file; per file (result, error)."""
+    if len(task) > 1:
+        path0, out, rank, world_size, extra, _small = task[0]
+        return write_many([t[0] for t in task], out, rank, world_size, extra)
+    try:
+        return [(write_one(*task[0][:5]), None)]
+    except Exception as err:  # noqa: BLE001 - reported per file
+        return [(None, err)]
+
+
 def _run_all(args: list[tuple], jobs: int, done) -> None:
-    """write_one over the files, in this process or in ``jobs`` processes; results in input order."""
-    if jobs == 1:
-        for a in args:
-            try:
-                res = write_one(*a)
-            except Exception as err:  # noqa: BLE001 - reported per file
-                done(a[0], None, err)
-                continue
-            done(a[0], res, None)
+    """The files in this process or in ``jobs`` processes; results in input order."""
+    tasks = _tasks(args)
+    if jobs == 1 or len(tasks) == 1:
+        for task in tasks:
+            for t, (res, err) in zip(task, _work(task), strict=True):
+                done(t[0], res, err)
         return
     pool = process_pool(jobs)
     try:
-        futures = [(a[0], pool.submit(write_one, *a)) for a in args]
-        for path, fut in futures:
+        futures = [(task, pool.submit(_work, task)) for task in tasks]
+        for task, fut in futures:
             try:
-                res = fut.result()
-            except Exception as err:  # noqa: BLE001
-                done(path, None, err)
-                continue
-            done(path, res, None)
+                outcome = fut.result()
+            except Exception as err:  # noqa: BLE001 - the worker died: every file of its task failed
+                outcome = [(None, err)] * len(task)
+            for t, (res, error) in zip(task, outcome, strict=True):
+                done(t[0], res, error)
         pool.shutdown()
     except BaseException:
         stop_pool(pool)  # a failure or a signal: do not wait for the other files

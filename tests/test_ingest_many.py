@@ -104,3 +104,45 @@ def test_300_one_kernel_traces_all_arrive(tmp_path, cli_process):
                     "--format", "csv")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "300,300"
+
+
+def test_the_pipeline_databases_are_named_as_spools():
+    from nsys2comm import cache
+    from nsys2comm.ingest import base
+
+    # tier 1: jobwrite's pipeline database lives in a spool directory; cache skips its content-key record by name
+    assert cache._SPOOL_PREFIX == base.SPOOL_PREFIX
+
+
+# tier 3: a full disk while a batch of files is renamed into a job directory
+def test_a_full_disk_in_a_batch_keeps_the_committed_files_and_leaves_no_half_part(tmp_path, monkeypatch):
+    import errno
+
+    from typer.testing import CliRunner
+
+    from nsys2comm import jobdir, jobwrite
+    from nsys2comm.cli import app
+
+    write_one_kernel_traces(tmp_path / "t", 6)
+    real, n = jobwrite._publish, [0]
+
+    def publish(src, final):
+        n[0] += 1
+        if n[0] == 27:  # 5 tables x 6 files: the data parts are in place, two files committed (the files part last)
+            raise OSError(errno.ENOSPC, "No space left on device", str(final))
+        return real(src, final)
+
+    monkeypatch.setattr(jobwrite, "_publish", publish)
+    out = tmp_path / "job"
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "t"), "--out", str(out), "--keep-going", "-j", "1"])
+    assert res.exit_code == 1
+    lines = res.output.splitlines()
+    assert sum(ln.startswith("ingested") for ln in lines) == 2 and "2 ingested, 0 skipped, 4 failed" in res.output
+    assert sum("the disk is full" in ln for ln in lines if ln.startswith("failed")) == 4
+    commits = sorted(p.name for p in (out / jobdir.COMMIT_TABLE).glob("rank=*/part-*.parquet"))
+    parts = {p.name for p in out.glob("*/rank=*/part-*.parquet")}
+    assert len(commits) == 2 and parts == set(commits)  # the failed files' parts are gone
+    assert not list(out.rglob(".*.tmp"))
+    monkeypatch.setattr(jobwrite, "_publish", real)
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "t"), "--out", str(out), "-j", "1"])
+    assert res.exit_code == 0 and "4 ingested, 2 skipped, 0 failed" in res.output, res.output

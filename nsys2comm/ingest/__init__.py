@@ -253,11 +253,15 @@ def _write_file(con, path: Path, sha: str | _PendingHash, mod, batches, progress
 def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_size: int | None = None,
            keep_going: bool = False,
            jobs: int | None = None, on_file: Callable[[FileResult], None] | None = None,
-           progress: Callable[[str], None] | None = None, read_extra: dict | None = None) -> list[FileResult]:
+           progress: Callable[[str], None] | None = None, read_extra: dict | None = None,
+           store_sweeps: bool = True) -> list[FileResult]:
     """Ingest traces into an open job database. Returns one FileResult per file.
 
     ``read_extra`` goes to the importers as ``ReadOptions.extra`` (e.g. the limits of
     :class:`~nsys2comm.ingest.kineto_stream.Limits`: ``max_decompressed_bytes``, ``max_event_bytes``).
+
+    ``store_sweeps=False``: no refresh of the stored sweeps at the end (a pipeline database whose rows are copied
+    elsewhere: ``jobwrite``).
 
     Without ``keep_going`` the first bad file raises InputError (files before it stay ingested, each in its own
     committed transaction; the bad one leaves nothing behind).
@@ -304,7 +308,9 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
 
     from ..cache import catalog_installed  # late: decoder processes import this package without DuckDB
 
-    installing = None if catalog_installed(con) else _CatalogInstall(con)
+    # a pipeline database (store_sweeps=False) is checked without a record in the user cache: it lives for one process
+    installed = catalog_installed(con) if store_sweeps else _catalog_is_installed(con)
+    installing = None if installed else _CatalogInstall(con)
     completed = terminated = False
     try:
         _write_all(con, todo, options, jobs, record, fail, progress, installing)
@@ -316,8 +322,14 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
     finally:
         hasher.shutdown(wait=not terminated, cancel_futures=True)
         _complete(con, installing, terminated=terminated,
-                  wrote=completed or any(r.status == "ingested" for r in results))
+                  wrote=store_sweeps and (completed or any(r.status == "ingested" for r in results)))
     return results
+
+
+def _catalog_is_installed(con) -> bool:
+    from .. import catalog
+
+    return catalog.is_installed(con)
 
 
 def _complete(con, installing: _CatalogInstall | None, *, terminated: bool, wrote: bool) -> None:
