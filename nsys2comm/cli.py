@@ -402,9 +402,17 @@ class _IngestReport:
         self.progress = self.task = None
         if _stderr_tty() and not quiet:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.progress = Progress(TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                     TextColumn("ETA"), TimeRemainingColumn(),
                                      TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
             self.task = self.progress.add_task("", total=n_files)
             self.progress.start()
@@ -429,7 +437,9 @@ class _IngestReport:
         else:
             self.say(f"skipped   {path}: {res.message or 'already ingested'}")
         if self.progress is not None:
-            self.progress.update(self.task, advance=1, description=printable(Path(res.path).name))
+            speed = self.progress.tasks[0].speed  # files per second over rich's recent samples
+            rate = f"{speed:.0f} files/s  " if speed else ""
+            self.progress.update(self.task, advance=1, description=rate + printable(Path(res.path).name))
 
     def stop(self) -> None:
         if self.progress is not None:
