@@ -124,3 +124,16 @@ def test_unknown_decoder_is_refused(tmp_path):
     p = write_kineto(make_run(world_size=2, steps=1), tmp_path)[0]
     with pytest.raises(InputError, match="unknown Kineto decoder"):
         _read(p, "simd")
+
+
+def test_h200_gemm_fixture_keeps_input_strides():
+    """tier 4: a real PyTorch 2.11 H200 profile (fixtures/h200_gemms): both decoders keep each matrix-multiply op's
+    'Input Strides' (queries/gemm/gemm.sql reads the transposes from them) beside 'Input Dims', identically."""
+    import json
+
+    rows = _same(ROOT / "fixtures" / "h200_gemms" / "h200_gemms.pt.trace.json.gz")
+    ops = [json.loads(r["args"]) for r in rows["cpu_ranges"] if r["name"] == "aten::addmm"]
+    assert len(ops) == 6
+    assert {(str(a["Input Dims"]), str(a["Input Strides"])) for a in ops} == {
+        ("[[3000], [4096, 1024], [1024, 3000], [], []]", "[[1], [1024, 1], [1, 1024], [], []]"),
+        ("[[4096], [2048, 1024], [1024, 4096], [], []]", "[[1], [1024, 1], [4096, 1], [], []]")}

@@ -425,3 +425,94 @@ def _durations(path: Path) -> dict[int, int]:
         doc = json.loads(f.read())
     return {round(e["ts"] * 1000): round(e["dur"] * 1000) for e in doc["traceEvents"]
             if e.get("ph") == "X" and e.get("cat") == "kernel"}
+
+
+# ------------------------------------------------- tier 4: a real H200 profile with 'Input Strides' (fixtures/)
+
+_H200_TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "h200_gemms" / "h200_gemms.pt.trace.json.gz"
+
+
+def _layout(d: list, s: list) -> str | None:
+    """'N' when the last dimension is contiguous, 'T' when the second-to-last is (a transposed view)."""
+    if len(d) < 2 or len(s) != len(d):
+        return None
+    return "N" if s[-1] == 1 else "T" if s[-2] == 1 else None
+
+
+def _h200_expected() -> dict[int, tuple]:
+    """Per GEMM kernel (its ts in ns): (op, M, N, K, batch, FLOPs, transposes, dur ns, math), straight from the JSON:
+    the kernel's launch by correlation, the innermost matrix-multiply op open on the launch's thread, its shapes in
+    PyTorch's argument orders (mm/_scaled_mm(a, b); addmm(bias, a, b); bmm(a, b); linear(x, weight [N, K]): B is
+    weightᵀ; matmul(x [..., K], w [K, N]) folded into one mm) and the layouts from its strides. Math type from the
+    recorded dtype (fp32 kernels named '…tf32…' ran on TF32 tensor cores, which allow_tf32 selects)."""
+    import gzip
+    import json
+
+    with gzip.open(_H200_TRACE) as f:
+        doc = json.loads(f.read())
+    launches, ops, kernels = {}, [], []
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        a, ts = e.get("args") or {}, round(e["ts"] * 1000)
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in a:
+            launches.setdefault(a["correlation"], (ts, e["tid"]))
+        elif e.get("cat") == "cpu_op" and e["name"] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear",
+                                                         "aten::matmul", "aten::_scaled_mm"):
+            ops.append((ts, ts + round(e["dur"] * 1000), e["tid"], e["name"], a))
+        elif e.get("cat") == "kernel":
+            kernels.append((ts, round(e["dur"] * 1000), a["correlation"], e["name"]))
+    out = {}
+    for ts, dur, corr, kname in kernels:
+        lts, tid = launches[corr]
+        op, _s, _e, a = max(((o[3], o[0], -o[1], o[4]) for o in ops if o[2] == tid and o[0] <= lts <= o[1]),
+                            key=lambda o: (o[1], o[2], o[0] not in ("aten::linear", "aten::matmul")))
+        d, s, t = a["Input Dims"], a["Input Strides"], a["Input type"]
+        if op in ("aten::mm", "aten::_scaled_mm"):
+            m, k, n, b, tr = d[0][0], d[0][1], d[1][1], 1, _layout(d[0], s[0]) + _layout(d[1], s[1])
+        elif op == "aten::addmm":
+            m, k, n, b, tr = d[1][0], d[1][1], d[2][1], 1, _layout(d[1], s[1]) + _layout(d[2], s[2])
+        elif op == "aten::bmm":
+            b, m, k, n, tr = d[0][0], d[0][1], d[0][2], d[1][2], _layout(d[0], s[0]) + _layout(d[1], s[1])
+        elif op == "aten::linear":
+            m, k, n, b = math.prod(d[0][:-1]), d[1][1], d[1][0], 1
+            tr = _layout(d[0], s[0]) + {"N": "T", "T": "N"}[_layout(d[1], s[1])]
+        else:  # matmul, N-D · 2-D
+            m, k, n, b, tr = math.prod(d[0][:-1]), d[1][0], d[1][1], 1, _layout(d[0], s[0]) + _layout(d[1], s[1])
+        dt = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "c10::Float8_e4m3fn": "fp8", "float": "fp32"}[t[0]]
+        if dt == "fp32" and "tf32" in kname:
+            dt = "tf32"
+        out[ts] = (op, m, n, k, b, 2 * m * n * k * b, tr, dur, dt)
+    return out
+
+
+def test_h200_profile_problems_transposes_and_peak():
+    """tier 4: a PyTorch 2.11 profile recorded on an H200 (fixtures/h200_gemms, record_shapes=True, 'Input
+    Strides'): every GEMM kernel's M, N, K, batch, FLOPs and transposes recomputed from the JSON equal
+    gemm_problems; achieved TFLOP/s (FLOPs / the JSON's duration) equals gemm_efficiency's and stays within the
+    H200 SXM peak that queries/devices/gemm_peaks.sql lists for its math type."""
+    want = _h200_expected()
+    assert len(want) == 33 and {w[6] for w in want.values()} == {"NN", "NT"}
+    # hand check of the layouts PyTorch recorded: linear's row-major weight, mm(x, w.t()), _scaled_mm(a, b.t())
+    assert {w[0]: w[6] for w in want.values() if w[0] in ("aten::linear", "aten::_scaled_mm", "aten::bmm")} == {
+        "aten::_scaled_mm": "NT", "aten::bmm": "NN"}  # linear launches through its addmm (the innermost op)
+    assert sorted({(w[1], w[2], w[3], w[6]) for w in want.values() if w[0] == "aten::addmm"}) == [
+        (2048, 4096, 1024, "NN"), (4096, 3000, 1024, "NT")]
+    job = Job.ingest([_H200_TRACE], db=None, jobs=1)
+    try:
+        peaks = job.sql("SELECT fp32_tflops, tf32_tflops, fp16_tflops, bf16_tflops, fp8_tflops "
+                        "FROM gemm_device_table() WHERE model = 'H200 SXM'").to_dicts()[0]
+        got = job.sql("SELECT g.*, e.achieved_tflops, e.peak_tflops, e.math, e.device_model FROM gemm_problems() g "
+                      "JOIN gemm_efficiency() e USING (kernel_id) ORDER BY g.start_ns").to_dicts()
+        assert len(got) == len(want)
+        t0 = min(want)
+        t0_job = got[0]["start_ns"]
+        for r in got:
+            op, m, n, k, b, flops, tr, dur, dt = want[r["start_ns"] - t0_job + t0]
+            assert (r["op_name"], r["m"], r["n"], r["k"], r["batch"], r["flops"], r["transposes"]) == (
+                op, m, n, k, b, flops, tr), r
+            peak = peaks[f"{dt}_tflops"]
+            assert (r["device_model"], r["math"], r["peak_tflops"]) == ("H200 SXM", dt, peak), r
+            assert r["achieved_tflops"] == pytest.approx(flops / dur / 1e3) and flops / dur / 1e3 <= peak, r
+    finally:
+        job.close()

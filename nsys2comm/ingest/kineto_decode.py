@@ -48,6 +48,8 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     comms_id: int | str | None = msgspec.field(default=None, name="Comms Id")
     input_dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
+    # per input, its strides in elements (record_shapes=True, PyTorch >= 2.1): the GEMM's transposes (gemm.sql)
+    input_strides: msgspec.Raw = msgspec.field(default=_NULL, name="Input Strides")
     # scalar arguments as text ("" for the others): a functional collective's group_size (kineto_comm_ops.sql)
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
     external_id_v1: int | None = msgspec.field(default=None, name="external id")
@@ -210,6 +212,7 @@ _ARG_CONVERT = {
     "pg_ranks": lambda v: msgspec.Raw(orjson.dumps(v)),
     "input_dims": lambda v: msgspec.Raw(orjson.dumps(v)),
     "input_type": lambda v: msgspec.Raw(orjson.dumps(v)),
+    "input_strides": lambda v: msgspec.Raw(orjson.dumps(v)),
     "concrete_inputs": lambda v: msgspec.Raw(orjson.dumps(v)),
 }
 
