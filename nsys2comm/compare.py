@@ -66,9 +66,8 @@ from typing import Any
 import polars as pl
 
 from . import __version__
-from .analysis import run_query
-from .cache import materialize, unmaterialize
 from .db import settle
+from .results import failed_line, run_batch
 from .units import JSON_DIGITS, round_floats, size
 
 SCHEMA_VERSION = 1
@@ -107,7 +106,7 @@ class Side:
 
     source: str
     frames: dict[str, pl.DataFrame]
-    failed: dict[str, str] = field(default_factory=dict)  # query -> why it failed
+    failed: dict[str, str] = field(default_factory=dict)  # query -> why it failed (results.Results.why)
     ranks: int = 0
 
 
@@ -134,30 +133,15 @@ def _empty(cols: tuple[str, ...]) -> pl.DataFrame:
     return pl.DataFrame(schema={c: _dtype(c) for c in cols})
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def read_side(con, source: str) -> Side:
-    """Run the catalog queries the diff needs on one job (failures are kept as reasons, like the summary's)."""
+    """Run the catalog queries the diff needs on one job, one batch of the results layer narrowed to
+    :data:`COLUMNS`; a failed query leaves an empty frame and its reason (results' one format)."""
     side = Side(source, {})
-    settle(con)
-    side.ranks = con.execute("SELECT count(*) FROM ranks").fetchone()[0]
-    try:
-        materialize(con)
-    except Exception:  # noqa: BLE001 - helpers that cannot be snapshotted compute live
-        unmaterialize(con)
-    try:
-        for name, cols in COLUMNS.items():
-            try:
-                side.frames[name] = run_query(con, name).select(cols)
-            except Exception as e:  # noqa: BLE001 - one failing analysis leaves its rows NULL, not the diff
-                side.failed[name] = _first_line(e)
-                side.frames[name] = _empty(cols)
-    finally:
-        unmaterialize(con)
-        settle(con)
+    side.ranks = settle(con).execute("SELECT count(*) FROM ranks").fetchone()[0]
+    got = run_batch(con, list(COLUMNS), COLUMNS)
+    for name, cols in COLUMNS.items():
+        side.frames[name] = got.frames.get(name, _empty(cols))
+    side.failed = {name: got.why(name) or "" for name in got.errors}
     return side
 
 
@@ -228,7 +212,7 @@ def _missing(base: Side, new: Side, basis: dict, rows: pl.DataFrame, head: dict,
     for tag, side in (("base", base), ("new", new)):
         note = _iteration_note(tag, basis[tag])
         out += [note] if note else []
-        out += [f"{tag}: analysis '{q}' failed: {why}" for q, why in side.failed.items()]
+        out += [f"{tag}: {failed_line(q, why)}" for q, why in side.failed.items()]
     if per == "window":
         out.append("per capture window: the runs do not both have iterations (step markers or a detected repeating "
                    "kernel sequence), so no figure is per step or a step-time impact; impact_ns is the change in "

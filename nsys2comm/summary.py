@@ -113,11 +113,13 @@ import polars as pl
 
 from . import __version__
 from .db import settle
+from .results import Request, Results, run_batch
 from .units import JSON_DIGITS, duration, ns_to, pct, round_floats, size
 
 SCHEMA_VERSION = 1
 
 OVERLAP = "overlap_by_rank"
+WORST = "overlap_worst_rank"
 BANDWIDTH = "collective_bandwidth"
 LATENCY = "latency_model"
 LATENCY_TOTAL = "latency_bound_total"
@@ -131,9 +133,12 @@ CONTENTION = "gemm_contention"
 PAIRS = "serialised_pairs"
 LATE = "late_arrival_causes"
 GEMM = "gemm_overview"
+OVERVIEW = "run_overview"
+FILES = "report_files"
 # the documented columns each summary section reads (tests check them against the catalog)
 COLUMNS = {
     OVERLAP: ("rank", "busy_ns", "comm_ns", "comm_overlapped_ns", "exposed_comm_ns"),
+    WORST: ("rank", "exposed_busy_pct"),
     BANDWIDTH: ("collective", "group_size", "group_size_assumed", "spans_hosts", "bucket_lo_bytes", "bucket_hi_bytes",
                 "ops", "matched_ops", "total_ns", "headline_algbw_gbps", "headline_busbw_gbps", "bandwidth_basis",
                 "peak_busbw_gbps", "busbw_pct_of_peak", "bandwidth_check"),
@@ -154,6 +159,8 @@ COLUMNS = {
     LATE: ("late_rank", "lateness_ns", "host_share_ns", "gpu_compute_share_ns", "queued_share_ns",
            "earlier_comm_share_ns", "carried_ns"),
     GEMM: ("gemm_time_pct", "gemm_efficiency_pct", "covered_pct", "efficiency_reason", "mfu_pct", "mfu_reason"),
+    OVERVIEW: ("rank", "source", "n_kernels", "n_comm_kernels"),
+    FILES: ("file_id", "source"),
 }
 
 SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "sources", "gpu_busy_ns", "comm_ns",
@@ -167,14 +174,23 @@ SUMMARY_KEYS = ["schema_version", "nsys2comm_version", "ranks", "files", "source
 DIGITS = JSON_DIGITS  # every float in the summary: 6 significant digits (one precision for every key)
 
 
-def _query(con, name: str, missing: list[str], params: dict | None = None) -> pl.DataFrame | None:
-    from .analysis import run_query
+def _query(res: Results, name: str, missing: list[str]) -> pl.DataFrame | None:
+    """A query's frame from the summary's batch; None when it failed or was not run (a failure is named in
+    ``missing`` once, in the results layer's format)."""
+    df = res.frame(name)
+    why = res.errors.get(name)
+    if df is None and why is not None and why not in missing:
+        missing.append(why)
+    return df
 
-    try:
-        return run_query(settle(con), name, params or {})
-    except Exception as e:  # noqa: BLE001 - a summary reports what it could not compute
-        missing.append(f"analysis '{name}' failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-        return None
+
+def _requests(volume: dict) -> list[Request]:
+    """The summary's batch: every object of :data:`COLUMNS`, with the parameters of ``--model`` / ``--layout``."""
+    from .model import layout_params
+
+    params = {DEGREES: layout_params(volume), GEMM: _gemm_args(volume), VOLUME: volume}
+    has_model = any(k in volume for k in ("layers", "hidden", "params"))
+    return [Request(name, params.get(name, {})) for name in COLUMNS if name != VOLUME or has_model]
 
 
 def _pct(num, den) -> float | None:
@@ -218,30 +234,43 @@ def build_summary(con, failed_files: list[dict] | None = None, volume: dict | No
     if failed_files:  # --keep-going: the figures below rest on the other traces only
         missing.append(f"failed_files: {len(failed_files)} trace file(s) could not be read and were left out "
                        "(--keep-going): " + ", ".join(f["path"] for f in failed_files))
-    s["ranks"] = con.execute("SELECT count(*) FROM ranks").fetchall()[0][0]
-    s["files"] = con.execute("SELECT count(*) FROM files").fetchall()[0][0]
-    s["sources"] = [r[0] for r in con.execute("SELECT DISTINCT source FROM files ORDER BY source").fetchall()]
-    _overlap(s, con, missing)
-    _worst_collective(s, con, missing)
-    _latency(s, con, missing)
-    _skew(s, con, missing)
-    _causes(s, con, missing)
-    _volume(s, con, missing, volume or {})
-    _contention(s, con, missing)
-    _gemm(s, con, missing, volume or {})
-    _late(s, con, missing)
-    _notes(s, con, missing)
+    res = run_batch(con, _requests(volume or {}), COLUMNS)
+    _shape(s, res, missing)
+    _overlap(s, res, missing)
+    _worst_collective(s, res, missing)
+    _latency(s, res, missing)
+    _skew(s, res, missing)
+    _causes(s, res, missing)
+    _volume(s, res, missing, volume or {})
+    _contention(s, res, missing)
+    _gemm(s, res, missing)
+    _late(s, res, missing)
+    _notes(s, res, missing)
     if s["files"] == 0:
         missing.insert(0, f"{NO_TRACES}: the job holds no trace files")
     else:
-        _name_unavailable(s, con)
+        _name_unavailable(s, res)
     settle(con)  # the connection takes new work after the summary
     return round_floats(s, DIGITS)  # the rule of every JSON output (units.round_floats)
 
 
-def _overlap(s: dict, con, missing: list[str]) -> None:
+def _shape(s: dict, res: Results, missing: list[str]) -> None:
+    """Ranks, files and sources (run_overview, report_files)."""
+    ov, files = _query(res, OVERVIEW, missing), _query(res, FILES, missing)
+    s["ranks"] = ov.height if ov is not None else 0
+    s["files"] = files.height if files is not None else 0
+    s["sources"] = sorted(set(files["source"].to_list())) if files is not None else []
+
+
+def _overview_sum(res: Results, col: str) -> int | None:
+    """A run_overview count summed over ranks (None when run_overview failed)."""
+    ov = res.frame(OVERVIEW)
+    return None if ov is None else int(ov[col].sum() or 0)
+
+
+def _overlap(s: dict, res: Results, missing: list[str]) -> None:
     """Communication share, overlap and exposed communication (overlap_by_rank, summed over ranks)."""
-    ov = _query(con, OVERLAP, missing)
+    ov = _query(res, OVERLAP, missing)
     if ov is not None and ov.height:
         busy, comm = ov["busy_ns"].sum(), ov["comm_ns"].sum()
         olap, exposed = ov["comm_overlapped_ns"].sum(), ov["exposed_comm_ns"].sum()
@@ -249,21 +278,19 @@ def _overlap(s: dict, con, missing: list[str]) -> None:
         s["comm_share_pct"] = _pct(comm, busy)
         s["overlap_pct"] = _pct(olap, comm)
         s["exposed_comm_pct"] = _pct(exposed, busy)
-        per = (ov.filter(pl.col("busy_ns") > 0)
-               .with_columns((100.0 * pl.col("exposed_comm_ns") / pl.col("busy_ns")).alias("_pct"))
-               .sort(["_pct", "rank"], descending=[True, False]))
-        if per.height and s["comm_ns"]:
-            s["worst_rank"] = int(per["rank"][0])
-            s["worst_rank_exposed_comm_pct"] = float(per["_pct"][0])
-    if not con.execute("SELECT count(*) FROM (SELECT 1 FROM kernels LIMIT 1)").fetchone()[0]:
+        worst = _query(res, WORST, missing)  # the catalog's one worst-rank rule
+        if worst is not None and worst.height:
+            s["worst_rank"] = int(worst["rank"][0])
+            s["worst_rank_exposed_comm_pct"] = worst["exposed_busy_pct"][0]
+    if _overview_sum(res, "n_kernels") == 0:
         for key in ("gpu_busy_ns", "comm_ns", "exposed_comm_ns"):  # nothing measured on a GPU: not a measured 0
             s[key] = None
             not_available(s, key, "the job has no GPU kernels")
 
 
-def _worst_collective(s: dict, con, missing: list[str]) -> None:
+def _worst_collective(s: dict, res: Results, missing: list[str]) -> None:
     """The (collective, group size, size bucket) with the most kernel time (collective_bandwidth)."""
-    bw = _query(con, BANDWIDTH, missing)
+    bw = _query(res, BANDWIDTH, missing)
     if bw is None or not bw.height:
         return
     top = bw.sort(["total_ns", "collective"], descending=[True, False], nulls_last=True).row(0, named=True)
@@ -277,11 +304,11 @@ def _worst_collective(s: dict, con, missing: list[str]) -> None:
         "bandwidth_check": top["bandwidth_check"]}
 
 
-def _latency(s: dict, con, missing: list[str]) -> None:
+def _latency(s: dict, res: Results, missing: list[str]) -> None:
     """Latency-bound communication (latency_model, latency_bound_total): shares and savings come from 'ok' α-β fits
     only, with the share of communication time they cover; otherwise null, and ``missing`` says why."""
-    models = _query(con, LATENCY, missing)
-    total = _query(con, LATENCY_TOTAL, missing)
+    models = _query(res, LATENCY, missing)
+    total = _query(res, LATENCY_TOTAL, missing)
     t = total.row(0, named=True) if total is not None and total.height else None
     if t:
         s["latency_bound_pct"] = t["latency_bound_pct"]
@@ -327,29 +354,29 @@ def _latency_why(t: dict | None, models: pl.DataFrame | None) -> str:
             "include waiting for peers, so there is no α-β fit")
 
 
-def _skew(s: dict, con, missing: list[str]) -> None:
+def _skew(s: dict, res: Results, missing: list[str]) -> None:
     """Stragglers (rank_wait, TraceLens order: 1 = least total wait = likeliest straggler) and the largest start
     skew of one collective instance (collective_skew)."""
-    wait = _query(con, WAIT, missing)
+    wait = _query(res, WAIT, missing)
     if wait is not None and wait.height:  # rank_wait's one straggler rule (is_straggler), strongest evidence first
         top = wait.filter(pl.col("is_straggler")).sort(["arrived_last_p_value", "straggler_rank_order", "rank"])
         s["stragglers"] = [{"rank": int(r["rank"]), "times_last": r["times_arrived_last"],
                             "collectives": r["collectives"], "p_value": r["arrived_last_p_value"],
                             "wait_ns": r["total_wait_ns"]} for r in top.head(3).iter_rows(named=True)]
-    skew = _query(con, SKEW, missing)
+    skew = _query(res, SKEW, missing)
     if skew is not None and skew.height and skew["start_skew_ns"].max() is not None:
         s["max_skew_ms"] = ns_to(skew["start_skew_ns"].max(), "ms")
 
 
-def _late(s: dict, con, missing: list[str]) -> None:
+def _late(s: dict, res: Results, missing: list[str]) -> None:
     """Why the straggler arrives late (late_arrival_causes over the instances where it arrived last)."""
     if not s["stragglers"]:
         if s["ranks"] and s["ranks"] >= 2:
             not_available(s, "late_rank_cause", "no rank arrives last significantly more often than chance "
                           "(rank_wait.is_straggler)")
         return
-    wait = _query(con, WAIT, missing)
-    late = _query(con, LATE, missing)
+    wait = _query(res, WAIT, missing)
+    late = _query(res, LATE, missing)
     if wait is None or late is None:
         return
     top = wait.filter(pl.col("is_straggler")).sort(["times_arrived_last", "rank"], descending=[True, False])
@@ -367,9 +394,9 @@ def _late(s: dict, con, missing: list[str]) -> None:
                             "primary_cause": cause}
 
 
-def _causes(s: dict, con, missing: list[str]) -> None:
+def _causes(s: dict, res: Results, missing: list[str]) -> None:
     """Why communication was exposed: exposed time per cause over the job (exposed_comm_causes)."""
-    causes = _query(con, CAUSES, missing)
+    causes = _query(res, CAUSES, missing)
     if causes is None or not s["comm_ns"]:
         return
     by = (causes.group_by("cause").agg(pl.col("exposed_ns").sum())
@@ -381,11 +408,11 @@ def _causes(s: dict, con, missing: list[str]) -> None:
         missing.append(SKEW_HIDDEN)
 
 
-def _contention(s: dict, con, missing: list[str]) -> None:
+def _contention(s: dict, res: Results, missing: list[str]) -> None:
     """What overlap costs GEMMs (gemm_contention's job row) and the T3 headroom of serialised pairs."""
     if not s["comm_ns"]:
         return
-    cont = _query(con, CONTENTION, missing)
+    cont = _query(res, CONTENTION, missing)
     if cont is not None:
         job = cont.filter(pl.col("scope") == "job")
         r = job.row(0, named=True) if job.height else None
@@ -400,7 +427,7 @@ def _contention(s: dict, con, missing: list[str]) -> None:
         else:
             not_available(s, "gemm_contention", "no GEMM shape has enough kernels both alone and under "
                                                 "communication in the same steps")
-    pairs = _query(con, PAIRS, missing)
+    pairs = _query(res, PAIRS, missing)
     if pairs is not None:
         known = pairs["headroom_ns"].drop_nulls()
         s["serialised_pairs"] = {"pairs": pairs.height,
@@ -414,14 +441,19 @@ _GEMM_PARAMS = ("params", "layers", "hidden", "ffn", "heads", "kv_heads", "vocab
                 "micro_batch", "micro_batches", "tp", "pp", "cp")
 
 
-def _gemm(s: dict, con, missing: list[str], params: dict) -> None:
-    """GEMM share of GPU time, time-weighted GEMM efficiency and MFU (gemm_overview)."""
-    if not s["ranks"]:
-        return
+def _gemm_args(params: dict) -> dict:
+    """gemm_overview's parameters among volume_check's."""
     args = {k: v for k, v in params.items() if k in _GEMM_PARAMS}
     if params.get("dtype") is not None:
         args["model_dtype"] = params["dtype"]
-    ov = _query(con, GEMM, missing, args)
+    return args
+
+
+def _gemm(s: dict, res: Results, missing: list[str]) -> None:
+    """GEMM share of GPU time, time-weighted GEMM efficiency and MFU (gemm_overview)."""
+    if not s["ranks"]:
+        return
+    ov = _query(res, GEMM, missing)
     if ov is None or not ov.height:
         return
     r = ov.row(0, named=True)
@@ -435,13 +467,11 @@ def _gemm(s: dict, con, missing: list[str], params: dict) -> None:
         not_available(s, "mfu_pct", r["mfu_reason"] or "unknown")
 
 
-def _volume(s: dict, con, missing: list[str], params: dict) -> None:
+def _volume(s: dict, res: Results, missing: list[str], params: dict) -> None:
     """The parallel layout (parallel_degrees) and, with a model, expected against measured volume (volume_check)."""
-    from .model import layout_params
-
     if not s["ranks"]:
         return  # no traces: nothing to infer a layout from
-    degrees = _query(con, DEGREES, missing, layout_params(params))
+    degrees = _query(res, DEGREES, missing)
     if degrees is not None:
         s["parallel_layout"] = [{k: r[k] for k in COLUMNS[DEGREES]} for r in degrees.iter_rows(named=True)]
     if not any(k in params for k in ("layers", "hidden", "params")):
@@ -449,14 +479,14 @@ def _volume(s: dict, con, missing: list[str], params: dict) -> None:
             not_available(s, "volume_check", "no model given: --model layers=…,hidden=…,seq=…,micro_batch=…,"
                                              "vocab=…,dtype=bf16 or a config.json")
         return
-    vol = _query(con, VOLUME, missing, params)
+    vol = _query(res, VOLUME, missing)
     if vol is not None:
         s["volume_check"] = [{k: r[k] for k in COLUMNS[VOLUME]} for r in vol.iter_rows(named=True)]
 
 
-def _notes(s: dict, con, missing: list[str]) -> None:
+def _notes(s: dict, res: Results, missing: list[str]) -> None:
     """What was missing: the diagnostics' warnings, one line per code (per-rank notes say on how many ranks)."""
-    diag = _query(con, DIAGNOSTICS, missing)
+    diag = _query(res, DIAGNOSTICS, missing)
     if diag is None:
         return
     warn = diag.filter(pl.col("severity") == "warning")
@@ -473,9 +503,15 @@ def _notes(s: dict, con, missing: list[str]) -> None:
         missing.extend(line for line in lines if line not in missing)
 
 
-def _name_unavailable(s: dict, con) -> None:
-    """Say why each metric that is null could not be computed."""
-    n_comm = con.execute("SELECT count(*) FROM kernels WHERE kernel_class = 'communication'").fetchone()[0]
+def _diagnosed(res: Results, code: str) -> bool:
+    """Whether the catalog's diagnostics report ``code`` for the whole job (rank NULL)."""
+    diag = res.frame(DIAGNOSTICS)
+    return diag is not None and diag.filter((pl.col("code") == code) & pl.col("rank").is_null()).height > 0
+
+
+def _name_unavailable(s: dict, res: Results) -> None:
+    """Say why each metric that is null could not be computed (from run_overview and diagnostics)."""
+    n_comm = _overview_sum(res, "n_comm_kernels")
     if s["comm_share_pct"] is None:
         not_available(s, "comm_share_pct", "no GPU-busy time" if n_comm else "the job has no communication kernels")
     if s["overlap_pct"] is None:
@@ -490,9 +526,8 @@ def _name_unavailable(s: dict, con) -> None:
         not_available(s, "max_skew_ms", why)
     w = s.get("worst_collective")
     if w is None or w.get("busbw_gbps") is None:
-        n_sized = con.execute("SELECT count(*) FROM comm_ops WHERE msg_bytes IS NOT NULL").fetchone()[0]
         why = ("the job has no communication kernels" if not n_comm else
-               "no collective has a known message size" if not n_sized else
+               "no collective has a known message size" if _diagnosed(res, "no_sized_comm") else
                f"its bus bandwidth is above the physical peak of {w['peak_busbw_gbps']:.1f} GB/s, so a size, group "
                "or clock is wrong" if w and w.get("bandwidth_check") == "above_peak" else
                "the group size of the worst collective is unknown")

@@ -177,19 +177,34 @@ def test_no_finding_about_a_negligible_share():
     assert not findings.start_skew_findings(pl.DataFrame({"start_skew_ns": [0, 0]}))
 
 
-def test_worst_rank_is_the_summarys():
-    """Worst = exposed communication as a share of the rank's GPU-busy time (the summary's rule), said as such."""
+def test_worst_rank_is_the_catalogs():
+    """The finding says overlap_worst_rank's rank and share, as such; one rank compared: no "worst"."""
     ov = pl.DataFrame({"rank": [0, 1], "busy_ns": [100_000, 10_000], "comm_ns": [50_000, 2_000],
                        "exposed_comm_ns": [40_000, 1_000], "gemm_overlapped_ns": [0, 0]})
-    # rank 1: 50 % of its communication exposed (rank 0: 80 %), but 10 % of its GPU-busy time (rank 0: 40 %)
-    (first,) = [f.text for f in findings.overlap_findings(ov) if "Worst" in f.text]
+    worst = pl.DataFrame({"rank": [0], "exposed_busy_pct": [40.0], "ranks_compared": [2]})
+    (first,) = [f.text for f in findings.overlap_findings(ov, worst) if "Worst" in f.text]
     assert "Worst is rank 0: exposed communication is 40% of its GPU-busy time" in first
+    alone = worst.with_columns(pl.lit(1).alias("ranks_compared"))
+    assert not [f for f in findings.overlap_findings(ov, alone) if "Worst" in f.text]
+
+
+# tier 3: overlap_worst_rank against a brute force over overlap_by_rank on a synthetic job
+@pytest.mark.parametrize("world_size", [1, 4])
+def test_overlap_worst_rank_is_the_largest_exposed_share_of_busy(world_size):
+    con = fill_job(connect(None), make_run(world_size=world_size, steps=3))
+    ov = run_query(con, "overlap_by_rank").filter(pl.col("busy_ns") > 0)
+    shares = {r["rank"]: 100.0 * r["exposed_comm_ns"] / r["busy_ns"] for r in ov.iter_rows(named=True)}
+    best = max(shares.values())
+    (row,) = run_query(con, "overlap_worst_rank").iter_rows(named=True)
+    assert row["rank"] == min(k for k, v in shares.items() if v == best)
+    assert row["exposed_busy_pct"] == pytest.approx(best) and row["ranks_compared"] == len(shares)
 
 
 def test_worst_rank_matches_the_summary_on_a_job(job):
     from nsys2comm.summary import build_summary
 
-    (text,) = [f.text for f in findings.overlap_findings(run_query(job, "overlap_by_rank")) if "Worst" in f.text]
+    fs = findings.overlap_findings(run_query(job, "overlap_by_rank"), run_query(job, "overlap_worst_rank"))
+    (text,) = [f.text for f in fs if "Worst" in f.text]
     s = build_summary(job)
     assert f"Worst is rank {s['worst_rank']}: exposed communication is {s['worst_rank_exposed_comm_pct']:.0f}%" in text
 

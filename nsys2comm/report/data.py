@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from ..analysis import run_query
-from ..cache import materialize, unmaterialize
+from ..results import Results, declared, run_batch
 
 # consumer -> {catalog object: columns it reads}
 CONSUMERS: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -48,46 +47,21 @@ class Query:
     check: Callable[[pl.DataFrame], str | None] | None = None  # rows in, why not available (None: available)
 
 
-@dataclass
-class Fetched:
-    """Query results by catalog name, and why the ones that failed or are not available are missing."""
-
-    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    # what holds for the whole job (no communication, no message sizes, one rank): (diagnostics code, sentence),
-    # said once in the report's banner; the sections then give their own one-line reason
-    banner: list[tuple[str, str]] = field(default_factory=list)
-
-    def get(self, name: str) -> pl.DataFrame | None:
-        df = self.frames.get(name)
-        return df if df is not None and df.height else None
-
-    def drop(self, name: str, why: str) -> None:
-        self.frames.pop(name, None)
-        self.errors.setdefault(name, f"not available: {why}")
+# the report's results: frames by catalog name, failures and not-available reasons in the results layer's format
+Fetched = Results
 
 
 def fetch(con, queries: list[Query], more: Callable[[Fetched], list[Query]] | None = None) -> Fetched:
-    """Run the queries once each (shared sweeps snapshotted for the batch); failures are recorded, not raised.
-    ``more(fetched)``, given the results so far, names further queries for the same batch (the timeline's step,
-    chosen from the iterations)."""
-    out = Fetched()
-    try:
-        materialize(con)
-    except Exception:  # noqa: BLE001 - a helper that cannot be snapshotted computes live; its queries say why
-        unmaterialize(con)
-    try:
-        for q in queries:
-            _run(con, q, out)
-        for q in more(out) if more is not None else []:
-            _run(con, q, out)
-    finally:
-        unmaterialize(con)
-    return out
+    """Run the report's queries as one batch of the results layer (:func:`nsys2comm.results.run_batch`), each
+    frame narrowed to the columns the report's consumers declare (:data:`CONSUMERS`). ``more(fetched)``, given the
+    results so far, names further queries for the same batch (the timeline's step, chosen from the iterations)."""
+    return run_batch(con, queries, _columns(queries), more)
 
 
-def _run(con, q: Query, out: Fetched) -> None:
-    try:
-        out.frames[q.name] = run_query(con, q.name, q.params)
-    except Exception as e:  # noqa: BLE001 - one failing analysis must not sink the report
-        out.errors[q.name] = f"analysis '{q.name}' failed: {str(e).strip()[:600] or type(e).__name__}"
+def _columns(queries: list[Query]) -> dict[str, tuple[str, ...]]:
+    """The columns the report reads of each object: its consumers' declarations, and a query's ``all_null``."""
+    cols = declared(CONSUMERS)
+    for q in queries:
+        if q.all_null and q.name in cols:
+            cols[q.name] = tuple(dict.fromkeys((*cols[q.name], q.all_null[0])))
+    return cols

@@ -32,10 +32,12 @@ def _sum(df: pl.DataFrame, col: str) -> float:
     return float(v) if is_num(v) else 0.0
 
 
-@consumes(overlap_by_rank=("rank", "busy_ns", "comm_ns", "exposed_comm_ns", "gemm_overlapped_ns"))
-def overlap_findings(df: pl.DataFrame) -> list[Finding]:
-    """Exposed share of communication; the worst rank by the summary's rule (exposed communication as a share of
-    the rank's GPU-busy time); GEMM overlap when it is not negligible."""
+@consumes(overlap_by_rank=("comm_ns", "exposed_comm_ns", "gemm_overlapped_ns"),
+          overlap_worst_rank=("rank", "exposed_busy_pct", "ranks_compared"))
+def overlap_findings(df: pl.DataFrame, worst: pl.DataFrame | None = None) -> list[Finding]:
+    """Exposed share of communication; the worst rank (overlap_worst_rank, the summary's rule: exposed
+    communication as a share of the rank's GPU-busy time) when more than one rank was compared; GEMM overlap when
+    it is not negligible."""
     total = _sum(df, "comm_ns")
     if total <= 0:
         return []
@@ -43,11 +45,9 @@ def overlap_findings(df: pl.DataFrame) -> list[Finding]:
     share = 100 * exposed / total
     text = (f"{pct(share)} of communication time ({duration(exposed)} of {duration(total)}, all ranks) is exposed: "
             "no computation runs beside it.")
-    per = (df.filter(pl.col("busy_ns") > 0)
-           .with_columns((100.0 * pl.col("exposed_comm_ns") / pl.col("busy_ns")).alias("_pct"))
-           .sort(["_pct", "rank"], descending=[True, False], nulls_last=True))
-    if df.height > 1 and per.height and is_num(per["_pct"][0]):
-        text += (f" Worst is rank {per['rank'][0]}: exposed communication is {pct(per['_pct'][0])} of its "
+    w = worst.row(0, named=True) if worst is not None and worst.height else None
+    if w is not None and w["ranks_compared"] > 1 and is_num(w["exposed_busy_pct"]):
+        text += (f" Worst is rank {w['rank']}: exposed communication is {pct(w['exposed_busy_pct'])} of its "
                  "GPU-busy time.")
     out = [Finding(text, "sec-overlap", "warning" if share >= WARN_PCT else "info")]
     gemm = _sum(df, "gemm_overlapped_ns")
@@ -396,7 +396,7 @@ def gemm_findings(overview: pl.DataFrame, groups: pl.DataFrame | None = None) ->
 
 # finding function, the catalog objects it takes (in order), the section it belongs to
 FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
-    (overlap_findings, ("overlap_by_rank",), "sec-overlap"),
+    (overlap_findings, ("overlap_by_rank", "overlap_worst_rank"), "sec-overlap"),
     (breakdown_findings, ("time_breakdown_by_rank",), "sec-breakdown"),
     (exposed_cause_findings, ("exposed_comm_causes",), "sec-causes"),
     (contention_findings, ("gemm_contention",), "sec-causes"),
@@ -412,7 +412,8 @@ FINDINGS: list[tuple[Callable[..., list[Finding]], tuple[str, ...], str]] = [
 
 
 # inputs a finding can do without (passed as None when missing)
-OPTIONAL_INPUTS: dict[Callable, set[str]] = {lateness_findings: {"late_rank_host_ops", "rank_wait"},
+OPTIONAL_INPUTS: dict[Callable, set[str]] = {overlap_findings: {"overlap_worst_rank"},
+                                             lateness_findings: {"late_rank_host_ops", "rank_wait"},
                                              gemm_findings: {"gemm_shape_groups"}}
 
 

@@ -54,6 +54,7 @@ QUERIES: list[Query] = [
     Query("report_notes"),
     Query("time_breakdown_by_rank"),
     Query("overlap_by_rank", needs=("comm",)),
+    Query("overlap_worst_rank", needs=("comm",)),
     Query("comm_overlap_by_collective", needs=("comm",)),
     Query("exposed_comm_causes", needs=("comm",), empty="no communication time is exposed"),
     Query("gemm_contention", needs=("comm",), empty="the job has no GEMM kernels",

@@ -5,7 +5,8 @@
 -- @macro diagnostics
 -- One row per problem or notable absence: the importers' ingest_notes, then checks — no trace ingested, no
 -- kernels, no communication kernels (job or rank), one rank only (no cross-rank skew), missing ranks of the world,
--- communication without message sizes (no histogram / bandwidth / p2p rows for them), without group size (no
+-- communication without message sizes (per rank; 'no_sized_comm' once when no operation of the job has one:
+-- no histogram / bandwidth / p2p rows for them), without group size (no
 -- busbw), no steps (overlap_by_step empty), no p2p, p2p fit impossible (fewer than two sizes), instances whose
 -- ranks disagree (inconsistent_instances: "k of n instances disagree across ranks", n = instances seen on >= 2
 -- ranks), and the collective matching rule in use. Every analysis still runs; this says which rows will be missing or NULL.
@@ -50,6 +51,10 @@ d AS (
   SELECT 'warning', 'no_msg_sizes', rank, 'msg_size_histogram, collective_bandwidth, p2p_latency_by_size, latency_model',
          printf('%d of %d communication operations have no message size', count(*) FILTER (WHERE msg_bytes IS NULL), count(*))
   FROM co GROUP BY rank HAVING count(*) FILTER (WHERE msg_bytes IS NULL) > 0
+  UNION ALL
+  SELECT 'info', 'no_sized_comm', NULL, 'msg_size_histogram, collective_bandwidth, latency_model',
+         'no communication operation has a known message size: no bandwidth, size histogram or latency fit'
+  WHERE EXISTS (SELECT 1 FROM co) AND NOT EXISTS (SELECT 1 FROM co WHERE msg_bytes IS NOT NULL)
   UNION ALL
   SELECT 'info', 'no_group_size', rank, 'collective_bandwidth',
          printf('%d sized operations have no group size: busbw is NULL for them', count(*))

@@ -335,3 +335,24 @@ SELECT st.rank, st.step_ord, st.step_name, st.step_no, st.step_start_ns, st.step
        CAST(coalesce(s.comm_ns - s.comm_overlapped_ns, 0) AS BIGINT) AS exposed_comm_ns
 FROM _overlap_steps() st LEFT JOIN s USING (rank, step_ord)
 ORDER BY st.rank, st.step_ord;
+
+-- @macro overlap_worst_rank
+-- The rank whose exposed communication is the largest share of its own GPU-busy time (overlap_by_rank, exact
+-- mode): the one worst-rank rule of the summary (worst_rank) and the report's overlap finding. Ties go to the
+-- lowest rank. No row when the job has no communication time or no rank was busy on the GPU.
+-- @column rank [key]: The worst rank.
+-- @column busy_ns: Its GPU-busy time (overlap_by_rank.busy_ns, ns).
+-- @column exposed_comm_ns: Its exposed communication time (overlap_by_rank.exposed_comm_ns, ns).
+-- @column exposed_busy_pct [key]: 100 × exposed_comm_ns / busy_ns.
+-- @column ranks_compared: Ranks with GPU-busy time that were compared (1: the worst rank is the only one).
+CREATE OR REPLACE MACRO overlap_worst_rank() AS TABLE
+WITH o AS (SELECT rank, busy_ns, comm_ns, exposed_comm_ns FROM overlap_by_rank()),
+b AS (
+  SELECT rank, busy_ns, exposed_comm_ns, 100.0 * exposed_comm_ns / busy_ns AS exposed_busy_pct,
+         count(*) OVER () AS ranks_compared
+  FROM o WHERE busy_ns > 0
+)
+SELECT rank, busy_ns, exposed_comm_ns, exposed_busy_pct::DOUBLE AS exposed_busy_pct, ranks_compared
+FROM b WHERE (SELECT sum(comm_ns) FROM o) > 0
+ORDER BY exposed_busy_pct DESC, rank
+LIMIT 1;

@@ -1,0 +1,124 @@
+"""One results layer for every consumer (summary, diff, report): run a batch of catalog queries, each once, with
+the shared sweeps snapshotted for the batch; narrow each frame to the documented columns the consumer declares;
+keep what failed or is not available as data, in one format.
+
+A consumer declares ``{catalog object: columns it reads}`` (``summary.COLUMNS``, ``compare.COLUMNS``,
+``report.data.CONSUMERS``); a frame never carries a column it did not declare, so reading an undeclared one fails
+where it is written. A failing query never raises: ``Results.errors[name]`` holds one line,
+``"analysis 'NAME' failed: FIRST LINE OF THE ERROR"`` (:func:`failure`) or ``"not available: WHY"`` (``drop``).
+Why a number is not available comes from the catalog's ``diagnostics`` and ``run_overview`` columns, never from
+counts taken here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from .analysis import run_query
+from .cache import materialize, unmaterialize
+from .db import settle
+
+NOT_AVAILABLE = "not available: "
+
+
+def failed_line(name: str, why: str) -> str:
+    """The one text of a failed analysis: ``analysis 'NAME' failed: WHY``."""
+    return f"analysis '{name}' failed: {why}"
+
+
+def failure(name: str, e: BaseException) -> str:
+    """:func:`failed_line` for an exception: its first line (its type's name when it says nothing)."""
+    text = str(e).strip()
+    return failed_line(name, text.splitlines()[0] if text else type(e).__name__)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One catalog query of a batch: its name and parameters."""
+
+    name: str
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class Results:
+    """Query results by catalog name, and why the ones that failed or are not available are missing."""
+
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    # what holds for the whole job (no communication, no message sizes, one rank): (diagnostics code, sentence),
+    # said once in the report's banner; the sections then give their own one-line reason
+    banner: list[tuple[str, str]] = field(default_factory=list)
+
+    def get(self, name: str) -> pl.DataFrame | None:
+        """The frame when it has rows, else None."""
+        df = self.frames.get(name)
+        return df if df is not None and df.height else None
+
+    def frame(self, name: str) -> pl.DataFrame | None:
+        """The frame, empty or not; None when the query failed or was not run."""
+        return self.frames.get(name)
+
+    def why(self, name: str) -> str | None:
+        """Why ``name`` is missing, without the "analysis 'NAME' failed: " or "not available: " prefix."""
+        text = self.errors.get(name)
+        return None if text is None else text.removeprefix(failed_line(name, "")).removeprefix(NOT_AVAILABLE)
+
+    def drop(self, name: str, why: str) -> None:
+        """Record that ``name``'s result is not available, and why."""
+        self.frames.pop(name, None)
+        self.errors.setdefault(name, NOT_AVAILABLE + why)
+
+
+def _request(q) -> Request:
+    if isinstance(q, str):
+        return Request(q)
+    return Request(q.name, dict(getattr(q, "params", {}) or {}))
+
+
+def run_one(con, q, out: Results, columns: Mapping[str, Iterable[str]] | None = None) -> None:
+    """Run one query into ``out`` (narrowed to ``columns[name]`` when declared); a failure is recorded."""
+    r = _request(q)
+    try:
+        df = run_query(settle(con), r.name, r.params)
+        if columns is not None and r.name in columns:
+            df = df.select(list(dict.fromkeys(columns[r.name])))
+        out.frames[r.name] = df
+    except Exception as e:  # noqa: BLE001 - one failing analysis must not sink the others
+        out.errors[r.name] = failure(r.name, e)
+    finally:
+        settle(con)
+
+
+def run_batch(con, queries: Iterable, columns: Mapping[str, Iterable[str]] | None = None,
+              more: Callable[[Results], Iterable] | None = None) -> Results:
+    """Run ``queries`` (names, :class:`Request` or anything with ``name`` and ``params``) once each, the shared
+    sweeps snapshotted for the batch; ``columns``: the declared columns per object (others are dropped);
+    ``more(results)``, given the results so far, names further queries of the same batch."""
+    out = Results()
+    settle(con)
+    try:
+        materialize(con)
+    except Exception:  # noqa: BLE001 - a helper that cannot be snapshotted computes live; its queries say why
+        unmaterialize(con)
+    try:
+        for q in queries:
+            run_one(con, q, out, columns)
+        for q in more(out) if more is not None else []:
+            run_one(con, q, out, columns)
+    finally:
+        unmaterialize(con)
+        settle(con)
+    return out
+
+
+def declared(consumers: Mapping[str, Mapping[str, Iterable[str]]]) -> dict[str, tuple[str, ...]]:
+    """The union of the columns several consumers declare, per catalog object (in first-declared order)."""
+    out: dict[str, dict[str, None]] = {}
+    for objects in consumers.values():
+        for name, cols in objects.items():
+            out.setdefault(name, {}).update(dict.fromkeys(cols))
+    return {name: tuple(cols) for name, cols in out.items()}
