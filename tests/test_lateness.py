@@ -269,3 +269,71 @@ def test_summary_without_straggler_says_why():
     s = build_summary(job.con)
     assert s["late_rank_cause"] is None
     assert any(m.startswith("late_rank_cause: not available (no rank arrives last") for m in s["missing"])
+
+
+def _rows(job: Job, sql: str) -> list[dict]:
+    cur = job.con.execute(sql)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+# tier 2: the segment starts at the user's iteration marker (the iterations object's marker), by hand
+def test_user_marker_starts_the_segment():
+    """The host-late job of test_host_launches_late with a user range 'fwd_bwd' per rank: [240, 600) on rank 0,
+    [300, 600) on rank 1. With marker := 'fwd_bwd' each segment starts there (after all_reduce #1 ended at 200):
+    E [240, 270): compute 20 (its GEMM's tail), host-bound 10; L [300, 405): host-bound 105. Shares: host
+    (105 − 10) + the start difference 60 = 155, compute −20: lateness 135. Without the marker the segments start at
+    all_reduce #1 as before."""
+    def body(job):
+        job.kernel(1, GEMM, 210, 260, 205)
+        job.kernel(1, AR, 405, 500, 400, stream=20, collective="all_reduce", seq=2)
+    job = Job()
+    _base(job, body)
+    job.cpu(0, "fwd_bwd", 240, 600)
+    job.cpu(1, "fwd_bwd", 300, 600)
+    plain = job.rows()[1]
+    assert (plain["late_segment_from"], plain["late_host_bound_ns"]) == ("previous_collective", 155 * US)
+    row = _rows(job, "SELECT * FROM late_arrival_causes(marker := 'fwd_bwd') ORDER BY first_start_ns")[1]
+    assert (row["late_segment_from"], row["late_segment_start_ns"], row["late_segment_ns"]) == (
+        "iteration_start", 300 * US, 105 * US)
+    assert (row["early_segment_from"], row["early_segment_start_ns"]) == ("iteration_start", 240 * US)
+    assert (row["early_gpu_compute_ns"], row["early_host_bound_ns"], row["late_host_bound_ns"]) == (
+        20 * US, 10 * US, 105 * US)
+    assert (row["host_share_ns"], row["gpu_compute_share_ns"], row["queued_share_ns"], row["carried_ns"]) == (
+        155 * US, -20 * US, 0, 0)
+    assert row["lateness_ns"] == 135 * US and row["primary_cause"] == "host"
+    ops = _rows(job, "SELECT DISTINCT window_start_ns FROM late_rank_host_ops(marker := 'fwd_bwd')")
+    assert ops == [{"window_start_ns": 300 * US}]
+
+
+# tier 2: on ranks without markers a detected iteration starts the segment at its boundary kernel's launch
+def test_detected_iteration_starts_the_segment():
+    """Four iterations of 1000 µs, no markers: GEMMs A, B on stream 7 (detected period 2, boundary kernel A) and an
+    all_reduce on stream 20 ending at b + 600 on both ranks. In iteration 2 rank 1's host launches A 100 µs late
+    (at b + 150; A [b+160, b+260), B [b+260, b+360), all_reduce launched b + 450, starts b + 460): lateness 60.
+    Segments from A's launch: E [b+50, b+400): host 11, queued 39, compute 200, host 100; L [b+150, b+460): host
+    10, compute 200, host 100. Shares: host (110 − 111) + 100 = 99, queued −39."""
+    job = Job()
+    gemm_b = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize64x64x64"
+    for i in range(4):
+        b = 1000 * i
+        for r in (0, 1):
+            # (start, end, launch) of A, B and the all_reduce, in µs from b
+            a, bb, ar = ((160, 260, 150), (260, 360, 155), (460, 600, 450)) if (i, r) == (2, 1) else (
+                (100, 200, 50), (200, 300, 60), (400, 600, 390))
+            job.kernel(r, GEMM, b + a[0], b + a[1], b + a[2])
+            job.kernel(r, gemm_b, b + bb[0], b + bb[1], b + bb[2])
+            job.kernel(r, AR, b + ar[0], b + ar[1], b + ar[2], stream=20, collective="all_reduce", seq=i + 1)
+    its = _rows(job, "SELECT rank, iteration_source, period_kernels FROM iterations() WHERE iteration > 0")
+    assert {(r["iteration_source"], r["period_kernels"]) for r in its} == {("detected", 2)} and len(its) == 6
+    row = [r for r in job.rows() if r["lateness_ns"]][0]
+    b = 2000 * US
+    assert (row["late_rank"], row["lateness_ns"]) == (1, 60 * US)
+    assert (row["late_segment_from"], row["late_segment_start_ns"], row["early_segment_start_ns"]) == (
+        "iteration_start", b + 150 * US, b + 50 * US)
+    assert (row["late_host_bound_ns"], row["late_gpu_compute_ns"], row["late_queued_idle_ns"]) == (
+        110 * US, 200 * US, 0)
+    assert (row["early_host_bound_ns"], row["early_gpu_compute_ns"], row["early_queued_idle_ns"]) == (
+        111 * US, 200 * US, 39 * US)
+    assert (row["host_share_ns"], row["queued_share_ns"], row["gpu_compute_share_ns"]) == (99 * US, -39 * US, 0)
+    assert row["primary_cause"] == "host"

@@ -11,7 +11,14 @@
 -- Segment of a rank: [segment start, arrival), the segment start being, in this order,
 --   'previous_collective' the end of the rank's previous matched collective kernel of the same group
 --                         (coalesce(pg_name, ''); p2p pairs excluded), unless an iteration started after it;
---   'iteration_start'     the start of the rank's step marker (_overlap_steps) holding the arrival;
+--   'iteration_start'     the start of the rank's iteration holding the arrival (the iterations object, with its
+--                         marker and min_score: a marker's start, the user's marker when given, else ProfilerStep#N /
+--                         NVTX step; on a rank without markers a detected iteration, which starts at the launch call
+--                         of its boundary kernel (the host issuing the iteration's first work; the kernel's start
+--                         when its launch is unknown) unless that kernel is a communication kernel (an iteration
+--                         that starts with a collective: the segment since the previous collective already is its
+--                         lead-in, and the collective's own launch would cut its segment short); 'whole_capture' ranks
+--                         have none: first_activity);
 --   'first_activity'      the rank's first kernel start or launch call, whichever is first.
 -- Each segment splits exactly into four parts (ns):
 --   gpu_compute_ns   covered by the union of the rank's non-communication kernels (any stream);
@@ -33,6 +40,8 @@
 -- @macro _lateness_segments
 -- Each consistent instance's last-arriving and earliest ranks, their segments and the four parts (queries/lateness).
 -- @param epsilon_ns: Launch latency allowance (ns).
+-- @param marker: The user's iteration marker, as iterations ('' none).
+-- @param min_score: As iterations.
 -- @column instance_key: Matching key.
 -- @column role: 'late' or 'early'.
 -- @column rank: Rank.
@@ -46,7 +55,7 @@
 -- @column host_bound_ns: Idle, nothing launched (ns).
 -- @column queued_idle_ns: Idle although work was launched (ns).
 -- @column launch_unknown_idle_ns: Part of host_bound_ns before kernels whose launch is unknown (ns).
-CREATE OR REPLACE MACRO _lateness_segments(epsilon_ns) AS TABLE
+CREATE OR REPLACE MACRO _lateness_segments(epsilon_ns, marker, min_score) AS TABLE
 WITH off AS (
   SELECT r.rank, coalesce(max(o.clock_offset_ns), 0) AS off FROM ranks r LEFT JOIN _skew_ops o USING (rank)
   GROUP BY r.rank
@@ -65,7 +74,13 @@ WITH off AS (
   FROM who w JOIN ops o USING (instance_key, rank)
   QUALIFY row_number() OVER (PARTITION BY w.instance_key, w.role
                              ORDER BY CASE WHEN w.role = 'late' THEN -o.start_ns ELSE o.start_ns END, o.kernel_id) = 1
-), steps AS (SELECT s.rank, s.step_start_ns - off.off AS t FROM _overlap_steps() s JOIN off USING (rank)
+), steps AS (  -- iteration starts (marker or detected; a detected one from its boundary kernel's launch call)
+  SELECT i.rank, coalesce(CASE WHEN i.iteration_source = 'detected' THEN least(l.launch_start_ns, i.start_ns) END,
+                          i.start_ns) - off.off AS t
+  FROM iterations(min_score := min_score, marker := marker) i JOIN off USING (rank)
+  LEFT JOIN kernels k ON k.kernel_id = i.first_kernel_id
+  LEFT JOIN _exposure_launches l ON l.rank = k.rank AND l.correlation_id = k.correlation_id
+  WHERE i.iteration_source = 'marker' OR (i.iteration_source = 'detected' AND k.kernel_class <> 'communication')
 ), first_act AS (
   SELECT k.rank, least(min(k.start_ns), min(l.launch_start_ns)) - any_value(off.off) AS t
   FROM kernels k JOIN off USING (rank)
@@ -129,6 +144,9 @@ LEFT JOIN _exposure_launches l ON l.rank = k.rank AND l.correlation_id = k.corre
 -- exactly. Times on the reference clock (host_clock_offsets).
 -- @param epsilon_ns: Launch latency allowance: idle before a kernel that started within epsilon_ns of its launch
 -- end is host-bound (ns, default 10000).
+-- @param marker: Name of the user's iteration range, as iterations ('' default: ProfilerStep/NVTX step markers, else
+-- detected iterations).
+-- @param min_score: As iterations (default 0.9): detected iterations start segments on ranks without markers.
 -- @column instance_key: Matching key (collective_skew).
 -- @column collective [key]: Collective.
 -- @column pg_name: Group, when known.
@@ -164,8 +182,9 @@ LEFT JOIN _exposure_launches l ON l.rank = k.rank AND l.correlation_id = k.corre
 -- that order); NULL when lateness_ns = 0.
 -- @column primary_share_pct [key]: 100 × that share / lateness_ns; NULL when lateness_ns = 0.
 -- @column late_launch_tid: Thread that launched L's collective kernel (late_rank_host_ops looks there), when known.
-CREATE OR REPLACE MACRO late_arrival_causes(epsilon_ns := _lateness_epsilon_ns()) AS TABLE
-WITH s AS (SELECT * FROM _lateness_segments(epsilon_ns)),
+CREATE OR REPLACE MACRO late_arrival_causes(epsilon_ns := _lateness_epsilon_ns(), marker := '',
+    min_score := _lateness_min_score()) AS TABLE
+WITH s AS (SELECT * FROM _lateness_segments(epsilon_ns, marker, min_score)),
 j AS (
   SELECT i.instance_key, i.collective, i.pg_name, i.group_complete, i.first_start_ns, l.rank AS late_rank,
          e.rank AS early_rank, l.arrival_ns - e.arrival_ns AS lateness_ns,
@@ -227,6 +246,8 @@ ORDER BY first_start_ns, instance_key;
 -- own clock.
 -- @param epsilon_ns: As late_arrival_causes (ns, default 10000).
 -- @param top_n: Ops kept per instance (default 10).
+-- @param marker: As late_arrival_causes ('' default).
+-- @param min_score: As late_arrival_causes (default 0.9).
 -- @column instance_key: Matching key.
 -- @column late_rank [key]: Last-arriving rank.
 -- @column tid: Its launching thread.
@@ -238,14 +259,16 @@ ORDER BY first_start_ns, instance_key;
 -- @column calls [key]: Ops of that name and kind starting in the window.
 -- @column self_ns [key]: Their self time inside the window, pro rata (ns, each op's share rounded down: ties and sums exact).
 -- @column op_order: 1 = the largest self time in the instance (ties: name).
-CREATE OR REPLACE MACRO late_rank_host_ops(epsilon_ns := _lateness_epsilon_ns(), top_n := 10) AS TABLE
+CREATE OR REPLACE MACRO late_rank_host_ops(epsilon_ns := _lateness_epsilon_ns(), top_n := 10, marker := '',
+    min_score := _lateness_min_score()) AS TABLE
 WITH off AS (
   SELECT r.rank, coalesce(max(o.clock_offset_ns), 0) AS off FROM ranks r LEFT JOIN _skew_ops o USING (rank)
   GROUP BY r.rank
 ), win AS (
   SELECT c.instance_key, c.late_rank AS rank, c.late_launch_tid AS tid, c.host_share_ns,
          c.late_segment_start_ns + off.off AS w_start, c.late_segment_start_ns + c.late_segment_ns + off.off AS w_end
-  FROM late_arrival_causes(epsilon_ns := epsilon_ns) c JOIN off ON off.rank = c.late_rank
+  FROM late_arrival_causes(epsilon_ns := epsilon_ns, marker := marker, min_score := min_score) c
+  JOIN off ON off.rank = c.late_rank
   WHERE c.host_share_ns > 0 AND c.late_launch_tid IS NOT NULL
 ), thr AS (SELECT DISTINCT rank, tid FROM win
 ), ops AS (
