@@ -409,7 +409,8 @@ def _restore_live(con) -> None:
     """Helper views compute from the canonical tables again (no snapshot, no cache). Only what needs it is
     dropped or made, in the catalog's order (a helper reads those before it): a session that never redirected a
     helper (an ingest) runs two queries, not 48 statements."""
-    temp, persistent = set(), set()
+    temp: set[str] = set()
+    persistent: set[str] = set()
     for name, is_temp in settle(con).execute(
             "SELECT view_name, temporary FROM duckdb_views() UNION ALL "
             "SELECT table_name, true FROM duckdb_tables() WHERE temporary").fetchall():
@@ -420,7 +421,10 @@ def _restore_live(con) -> None:
         if table in temp:
             con.execute(f"DROP TABLE temp.{table}")
         if view not in persistent:  # read-only sessions hold the helper as a TEMP view only: made again
-            con.execute(catalog.find(view).sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
+            obj = catalog.find(view)
+            if obj is None:  # _MATERIALIZABLE names catalog views only
+                raise LookupError(f"{view} is not in the catalog")
+            con.execute(obj.sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
 
 
 def materialize(con) -> None:
