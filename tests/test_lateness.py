@@ -337,3 +337,20 @@ def test_detected_iteration_starts_the_segment():
         111 * US, 200 * US, 39 * US)
     assert (row["host_share_ns"], row["queued_share_ns"], row["gpu_compute_share_ns"]) == (99 * US, -39 * US, 0)
     assert row["primary_cause"] == "host"
+
+
+# tier 2: python_function ranges (Kineto with_stack; stored in cpu_ranges by kind) are host ops with self time
+def test_python_function_ranges_are_host_ops():
+    """The late rank's segment [200, 405) holds a Python frame 'nn.Module: Linear_0' [262, 398) (kind
+    'python_function') around aten::mm [270, 300): self 106 and 30 µs, beside the two 1 µs launch calls."""
+    def body(job):
+        job.kernel(1, GEMM, 210, 260, 205)
+        job.kernel(1, AR, 405, 500, 400, stream=20, collective="all_reduce", seq=2)
+        job.cpu(1, "nn.Module: Linear_0", 262, 398, "python_function")
+        job.cpu(1, "aten::mm", 270, 300, "cpu_op")
+    job = Job()
+    _base(job, body)
+    got = job.con.execute("SELECT op_name, op_kind, calls, self_ns FROM late_rank_host_ops() "
+                          "ORDER BY op_order").fetchall()
+    assert got == [("nn.Module: Linear_0", "python_function", 1, 106 * US), ("aten::mm", "cpu_op", 1, 30 * US),
+                   ("cudaLaunchKernel", "cuda_api", 2, 2 * US)]

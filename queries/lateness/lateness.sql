@@ -236,9 +236,10 @@ ORDER BY first_start_ns, instance_key;
 -- @macro late_rank_host_ops
 -- What the late rank's host was doing while its GPU waited for launches: for each instance of late_arrival_causes
 -- with host_share_ns > 0, the CPU ops on the thread that launched L's collective kernel (late_launch_tid) during L's
--- segment, by self time, the top_n per instance. Ops: cpu_ranges of kind 'cpu_op', 'user_annotation' (Kineto) and
--- 'nvtx', and the thread's CUDA API calls (op_kind 'cuda_api'); what the importer keeps of them (the Kineto importer
--- keeps communication and matrix-multiply cpu_ops and user annotations, not every python_function). Self time =
+-- segment, by self time, the top_n per instance. Ops: cpu_ranges of kind 'cpu_op', 'python_function',
+-- 'user_annotation' (Kineto) and 'nvtx', and the thread's CUDA API calls (op_kind 'cuda_api'); what the importer
+-- keeps of them (the Kineto importer keeps communication and matrix-multiply cpu_ops and user annotations; it does
+-- not store python_function events yet, so none are listed from Kineto traces today). Self time =
 -- duration − the summed durations of the ops directly nested in it (depth + 1 on the thread, starting inside it):
 -- nesting depth from a sweep over starts and ends, children's durations from prefix sums per depth (ASOF lookups),
 -- so no op is compared with every other. An op is in a window when it starts inside it (an ASOF lookup of the
@@ -255,7 +256,7 @@ ORDER BY first_start_ns, instance_key;
 -- @column window_end_ns: L's arrival on the rank's clock (ns).
 -- @column host_share_ns [key]: The instance's host_share_ns (ns).
 -- @column op_name [key]: Op name (cpu_ranges.name or the API function).
--- @column op_kind: 'cpu_op', 'user_annotation', 'nvtx' or 'cuda_api'.
+-- @column op_kind: 'cpu_op', 'python_function', 'user_annotation', 'nvtx' or 'cuda_api'.
 -- @column calls [key]: Ops of that name and kind starting in the window.
 -- @column self_ns [key]: Their self time inside the window, pro rata (ns, each op's share rounded down: ties and sums exact).
 -- @column op_order: 1 = the largest self time in the instance (ties: name).
@@ -274,7 +275,8 @@ WITH off AS (
 ), ops AS (
   SELECT c.rank, c.tid, c.range_id AS id, c.start_ns, c.end_ns, c.name, c.kind AS op_kind
   FROM cpu_ranges c JOIN thr USING (rank, tid)
-  WHERE c.kind IN ('cpu_op', 'user_annotation', 'nvtx') AND c.end_ns IS NOT NULL AND c.end_ns >= c.start_ns
+  WHERE c.kind IN ('cpu_op', 'python_function', 'user_annotation', 'nvtx') AND c.end_ns IS NOT NULL
+    AND c.end_ns >= c.start_ns
   UNION ALL
   SELECT a.rank, a.tid, a.call_id, a.start_ns, a.end_ns, a.name, 'cuda_api'
   FROM api_calls a JOIN thr USING (rank, tid)
