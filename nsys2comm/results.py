@@ -73,6 +73,27 @@ class Results:
         self.errors.setdefault(name, NOT_AVAILABLE + why)
 
 
+# what a whole job lacks (a fact a number needs), read from the catalog's diagnostics: the job-wide codes (rank
+# NULL) that deny it, and the one sentence every consumer says for it
+GAPS: dict[str, tuple[tuple[str, ...], str]] = {
+    "comm": (("no_traces", "no_kernels", "no_comm_kernels"), "the job has no communication kernels"),
+    "two_ranks": (("no_traces", "single_rank"), "cross-rank skew needs at least two ranks; the job has fewer"),
+    "sizes": (("no_sized_comm",), "no collective has a known message size"),
+}
+GAP_COLUMNS = ("code", "rank")  # the diagnostics columns gap() reads
+
+
+def gap(res: Results, fact: str) -> str | None:
+    """Why the job lacks ``fact`` (a key of :data:`GAPS`), from the batch's ``diagnostics`` frame; None when the
+    fact holds, or when diagnostics did not run (its own failure is said where it is read)."""
+    diag = res.frame("diagnostics")
+    codes, why = GAPS[fact]
+    if diag is None:
+        return None
+    job = diag.filter(pl.col("rank").is_null() & pl.col("code").is_in(list(codes)))
+    return why if job.height else None
+
+
 def _request(q) -> Request:
     if isinstance(q, str):
         return Request(q)

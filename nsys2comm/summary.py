@@ -113,7 +113,7 @@ import polars as pl
 
 from . import __version__
 from .db import settle
-from .results import Request, Results, run_batch
+from .results import GAP_COLUMNS, Request, Results, gap, run_batch
 from .units import JSON_DIGITS, duration, ns_to, pct, round_floats, size
 
 SCHEMA_VERSION = 1
@@ -149,7 +149,7 @@ COLUMNS = {
     WAIT: ("rank", "collectives", "total_wait_ns", "times_arrived_last", "straggler_rank_order",
            "arrived_last_p_value", "is_straggler"),
     SKEW: ("start_skew_ns",),
-    DIAGNOSTICS: ("severity", "rank", "code", "message"),
+    DIAGNOSTICS: ("severity", "message", *GAP_COLUMNS),
     CAUSES: ("cause", "exposed_ns", "late_ranks_visible"),
     DEGREES: ("kind", "degree", "groups", "confidence", "source", "evidence"),
     VOLUME: ("step_ord", "step_no", "kind", "collective", "scheme", "degree", "predicted_bytes", "measured_bytes",
@@ -503,34 +503,24 @@ def _notes(s: dict, res: Results, missing: list[str]) -> None:
         missing.extend(line for line in lines if line not in missing)
 
 
-def _diagnosed(res: Results, code: str) -> bool:
-    """Whether the catalog's diagnostics report ``code`` for the whole job (rank NULL)."""
-    diag = res.frame(DIAGNOSTICS)
-    return diag is not None and diag.filter((pl.col("code") == code) & pl.col("rank").is_null()).height > 0
-
-
 def _name_unavailable(s: dict, res: Results) -> None:
     """Say why each metric that is null could not be computed (from run_overview and diagnostics)."""
-    n_comm = _overview_sum(res, "n_comm_kernels")
+    no_comm = gap(res, "comm")
     if s["comm_share_pct"] is None:
-        not_available(s, "comm_share_pct", "no GPU-busy time" if n_comm else "the job has no communication kernels")
+        not_available(s, "comm_share_pct", no_comm or "no GPU-busy time")
     if s["overlap_pct"] is None:
-        not_available(s, "overlap_pct", "the job has no communication kernels" if not n_comm
-                      else "communication time is unknown")
+        not_available(s, "overlap_pct", no_comm or "communication time is unknown")
     if s["exposed_by_cause"] is None:
-        not_available(s, "exposed_by_cause", "communication time is unknown" if n_comm
-                      else "the job has no communication kernels")
+        not_available(s, "exposed_by_cause", no_comm or "communication time is unknown")
     if s["max_skew_ms"] is None:
-        why = (f"cross-rank skew needs at least two ranks; the job has {s['ranks']}" if s["ranks"] < 2 else
-               "no collective was matched on two or more ranks" if n_comm else "the job has no communication kernels")
+        why = gap(res, "two_ranks") or no_comm or "no collective was matched on two or more ranks"
         not_available(s, "max_skew_ms", why)
     w = s.get("worst_collective")
     if w is None or w.get("busbw_gbps") is None:
-        why = ("the job has no communication kernels" if not n_comm else
-               "no collective has a known message size" if _diagnosed(res, "no_sized_comm") else
-               f"its bus bandwidth is above the physical peak of {w['peak_busbw_gbps']:.1f} GB/s, so a size, group "
-               "or clock is wrong" if w and w.get("bandwidth_check") == "above_peak" else
-               "the group size of the worst collective is unknown")
+        why = no_comm or gap(res, "sizes") or (
+            f"its bus bandwidth is above the physical peak of {w['peak_busbw_gbps']:.1f} GB/s, so a size, group "
+            "or clock is wrong" if w and w.get("bandwidth_check") == "above_peak" else
+            "the group size of the worst collective is unknown")
         not_available(s, "worst_collective.busbw_gbps", why)
 
 

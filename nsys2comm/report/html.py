@@ -25,6 +25,7 @@ import altair as alt
 import polars as pl
 
 from .. import usercache
+from ..results import gap
 from ..units import duration, ns_to
 from ..units import size as fmt_bytes
 from .data import Fetched, declare, fetch
@@ -33,7 +34,6 @@ from .sections import (
     CHANGES_SECTION,
     CHANGES_TOP,
     CHANGES_WINDOW_INTRO,
-    FACTS,
     MAX_OVERVIEW_RANKS,
     QUERIES,
     RANK_COLUMNS,
@@ -134,9 +134,8 @@ class Section:
 def mark_not_available(fetched: Fetched) -> None:
     """Drop results whose numbers cannot be computed, with the reason, so their blocks show a "not available" box
     instead of an empty chart frame, a one-row heatmap or a finding built on zeros."""
-    overview = fetched.get("run_overview")
     for q in QUERIES:
-        why = next((r for f in q.needs if overview is not None and (r := FACTS[f](overview))), None)
+        why = next((r for f in q.needs if (r := gap(fetched, f))), None)
         df = fetched.frames.get(q.name)
         if why is None and df is not None and not df.height:
             why = q.empty
@@ -228,7 +227,7 @@ def job_banner(fetched: Fetched) -> list[tuple[str, str]]:
     if ov is None:
         return []
     out = []
-    if FACTS["comm"](ov):
+    if gap(fetched, "comm"):
         out.append(("no_comm_kernels", "The job has no communication kernels (NCCL, RCCL, ...): the sections about "
                     f"communication, message sizes, bandwidth, latency, skew and late arrivals are not available. To "
                     f"add them, {_ADD_COMM}."))
@@ -240,7 +239,7 @@ def job_banner(fetched: Fetched) -> list[tuple[str, str]]:
             how = "; ".join(f"{src}: {_ADD_SIZES[src]}" for src in sources if src in _ADD_SIZES) or _ADD_SIZES["kineto"]
             out.append(("no_msg_sizes", "No communication operation has a known message size: message sizes, "
                         f"bandwidth and the α-β latency fit are not available. To add them ({how})."))
-    if FACTS["two_ranks"](ov):
+    if gap(fetched, "two_ranks"):
         out.append(("single_rank", f"Only {ov.height} rank{'s' if ov.height != 1 else ''} in the job: cross-rank skew, "
                     f"stragglers and late arrivals are not available. To add them, {_ADD_RANKS}."))
     return out

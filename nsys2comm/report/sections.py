@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from ..errors import UsageError
+from ..results import GAP_COLUMNS, GAPS
 from . import charts as ch
 from .data import Query, consumes, declare
 
@@ -20,17 +21,6 @@ TOP_PAIRS = 20
 MAX_OVERVIEW_RANKS = 64
 HOST_OPS_PER_INSTANCE = 10  # late_rank_host_ops' top_n
 TOP_HOST_OPS = 15  # rows of the report's host-ops table
-
-
-@consumes(run_overview=("n_comm_kernels",))
-def _has_comm(overview: pl.DataFrame) -> str | None:
-    return None if overview["n_comm_kernels"].sum() > 0 else "the job has no communication kernels"
-
-
-@consumes(run_overview=("rank",))
-def _two_ranks(overview: pl.DataFrame) -> str | None:
-    n = overview.height
-    return None if n >= 2 else f"cross-rank skew needs at least two ranks; this job has {n}"
 
 
 @consumes(iteration_trend=("rank", "iteration_source"))
@@ -44,8 +34,9 @@ def _trend_needs_iterations(trend: pl.DataFrame) -> str | None:
     return "every rank has a single iteration"
 
 
-# job facts a query may need: name -> check of run_overview returning why not (None: the fact holds)
-FACTS: dict[str, Callable[[pl.DataFrame], str | None]] = {"comm": _has_comm, "two_ranks": _two_ranks}
+# job facts a query may need (Query.needs): the results layer's GAPS, read from the catalog's diagnostics
+FACTS = GAPS
+declare(f"{__name__}.FACTS", diagnostics=GAP_COLUMNS)
 
 QUERIES: list[Query] = [
     Query("run_overview"),
