@@ -12,39 +12,13 @@ def _canon_dtype(t: str) -> str:
     return {"Float": "float32", "BFloat16": "bfloat16", "Half": "float16", "Long": "int64", "Byte": "uint8"}[t]
 
 
-_TEMPLATE: list = []  # this process's copy source: the catalog template (nsys2comm.dbtemplate), and whether a copy
-# of it has passed catalog.is_installed (the file of one digest never changes: later copies are the same bytes)
-
-
 def catalog_db() -> duckdb.DuckDBPyConnection:
-    """A new in-memory database with the catalog installed and empty canonical tables, copied from the catalog
-    template (``COPY FROM DATABASE``: ≈ 0.1 s, where ``catalog.install`` binds a thousand statements in ≈ 2 s).
-    The first copy in a process is checked like any stored catalog (``catalog.is_installed``); where there is no
-    usable template it installs the catalog."""
-    from nsys2comm import dbtemplate
+    """A new in-memory database with the catalog installed and empty canonical tables: the product's in-memory job
+    database (``db.memory_job``: a copy of the catalog template, ≈ 0.1 s, where ``catalog.install`` binds a thousand
+    statements in ≈ 2 s; installed where there is no usable template)."""
+    from nsys2comm import db
 
-    con = duckdb.connect(config={"autoload_known_extensions": False, "autoinstall_known_extensions": False})
-    if not _TEMPLATE:
-        try:
-            dbtemplate.ensure({"autoload_known_extensions": False, "autoinstall_known_extensions": False})
-            _TEMPLATE[:] = [str(dbtemplate.template_path()), False]
-        except OSError:
-            _TEMPLATE[:] = [None, False]
-    if _TEMPLATE[0] is not None:
-        try:
-            con.execute(f"ATTACH {catalog.sql_string(_TEMPLATE[0])} AS _tpl (READ_ONLY)")
-            con.execute("COPY FROM DATABASE _tpl TO memory")
-            con.execute("DETACH _tpl")
-            if _TEMPLATE[1] or catalog.is_installed(con):
-                _TEMPLATE[1] = True
-                return con
-        except duckdb.Error:
-            pass
-        _TEMPLATE[0] = None  # not usable: install from here on
-        con.close()
-        con = duckdb.connect()
-    catalog.install(con)
-    return con
+    return db.memory_job()
 
 
 def empty_job(ranks: int) -> duckdb.DuckDBPyConnection:

@@ -153,3 +153,82 @@ def test_a_duckdb_whose_cursors_lose_the_file_gets_a_plain_writer(tmp_path, cach
     con.execute("CREATE TABLE t AS SELECT range AS i FROM range(40000)")
     assert con.execute("SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('t')").fetchall() == [(1,)]
     con.close()
+
+
+# In-memory job databases (traces opened directly, synth_db.catalog_db) are template copies too (db.memory_job).
+
+def _refuse_install(monkeypatch) -> None:
+    def refuse(*a, **kw):
+        raise AssertionError("catalog.install called: the in-memory job was not copied from the template")
+
+    monkeypatch.setattr(catalog, "install", refuse)
+
+
+# tier 2: the in-memory job's catalog, object for object, against a fresh install
+def test_an_in_memory_job_is_a_template_copy_with_the_installed_catalog(tmp_path, cache_dir, monkeypatch):
+    assert db.ensure_template() is True
+    _refuse_install(monkeypatch)
+    con = db.connect(None, objects=False)
+    assert catalog.is_installed(con)  # objects=False would have given the tables alone
+    assert con.execute("SELECT current_setting('temp_directory'), current_setting('enable_progress_bar'), "
+                       "current_setting('autoinstall_known_extensions')").fetchall() == [
+        (db._writer_temp_directory(), False, False)]  # the configuration connect(None) gives
+    assert con.execute("SELECT count(*) FROM duckdb_databases() WHERE NOT internal").fetchall() == [(1,)]  # detached
+    monkeypatch.undo()
+    installed = duckdb.connect(str(tmp_path / "installed.duckdb"))
+    catalog.install(installed)
+    installed.close()
+    assert con.execute(catalog._DEFINITIONS_SQL).fetchall()[0][0] == _definitions(tmp_path / "installed.duckdb")
+    assert con.execute("SELECT count(*) FROM files").fetchall() == [(0,)]
+    con.close()
+
+
+# tier 2: a template edited by hand, before or after a copy of it was trusted, is not copied
+def test_an_in_memory_job_does_not_trust_a_template_changed_by_hand(tmp_path, cache_dir):
+    db.ensure_template()
+    assert dbtemplate.memory_copy({}) is not None  # checked once, trusted for this file state
+    tpl = duckdb.connect(str(dbtemplate.template_path()))
+    tpl.execute("CREATE OR REPLACE MACRO canonical_collective(x) AS 'broadcast'")
+    tpl.close()
+    assert dbtemplate.memory_copy({}) is None  # a new file state: checked again, and refused
+    assert dbtemplate.memory_copy({}) is None  # and remembered
+    con = db.connect(None)  # installed instead
+    assert catalog.is_installed(con)
+    assert con.execute("SELECT canonical_collective('ncclDevKernel_AllReduce_Sum_f32_RING_LL')").fetchall()[0][0] \
+        != "broadcast"
+    con.close()
+
+
+# tier 2: no writable cache directory: the in-memory job installs the catalog
+def test_without_a_writable_cache_an_in_memory_job_installs_the_catalog(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(blocker / "cache"))
+    assert dbtemplate.memory_copy({}) is None
+    con = db.memory_job()
+    assert catalog.is_installed(con) and not db.take_fresh_copy(con)
+    con.close()
+
+
+# tier 2: a fresh copy spares ingest its catalog check once, and only for that connection
+def test_a_fresh_in_memory_copy_is_taken_once(cache_dir):
+    con = db.memory_job()
+    other = duckdb.connect()
+    assert db.take_fresh_copy(con) is True
+    assert db.take_fresh_copy(con) is False and db.take_fresh_copy(other) is False
+    con.close()
+    other.close()
+
+
+# tier 3: traces opened directly (in memory, no catalog install) give the rows a job database file gives
+def test_traces_opened_in_memory_give_the_rows_of_a_database_file(tmp_path, cache_dir, monkeypatch):
+    from fixtures.kineto_writer import write_kineto
+    from fixtures.synthetic import make_run
+
+    traces = write_kineto(make_run(world_size=2, steps=2), tmp_path / "t", style="new")
+    with Job.ingest(traces, db=tmp_path / "a.duckdb", jobs=1) as job:
+        on_file = job.query("comm_kernels").sort("kernel_id")
+    _refuse_install(monkeypatch)
+    with Job.open(traces, jobs=1) as job:
+        in_memory = job.query("comm_kernels").sort("kernel_id")
+    assert on_file.height > 0 and on_file.equals(in_memory)

@@ -307,9 +307,11 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
         done(FileResult(str(path), "ingested", "", fid, ranks))
 
     from ..cache import catalog_installed  # late: decoder processes import this package without DuckDB
+    from ..db import take_fresh_copy
 
-    # a pipeline database (store_sweeps=False) is checked without a record in the user cache: it lives for one process
-    installed = catalog_installed(con) if store_sweeps else _catalog_is_installed(con)
+    # a pipeline database (store_sweeps=False) is checked without a record in the user cache: it lives for one process;
+    # an in-memory job just copied from a checked catalog template (db.memory_job) needs no check
+    installed = take_fresh_copy(con) or (catalog_installed(con) if store_sweeps else _catalog_is_installed(con))
     installing = None if installed else _CatalogInstall(con)
     completed = terminated = False
     try:
