@@ -214,9 +214,9 @@ _ADD_SIZES = {"kineto": "profile with record_shapes=True, or with PyTorch >= 2.2
 
 
 # diagnostics the banner's sentence makes redundant (the overview's list leaves them out)
-BANNER_COVERS = {"no_comm_kernels": {"no_comm_kernels", "no_msg_sizes", "no_group_size", "no_p2p",
+BANNER_COVERS = {"no_comm_kernels": {"no_comm_kernels", "no_msg_sizes", "no_sized_comm", "no_group_size", "no_p2p",
                                      "p2p_fit_impossible", "skew_match_rule"},
-                 "no_msg_sizes": {"no_msg_sizes", "no_group_size", "no_p2p", "p2p_fit_impossible"},
+                 "no_msg_sizes": {"no_msg_sizes", "no_sized_comm", "no_group_size", "no_p2p", "p2p_fit_impossible"},
                  "single_rank": {"single_rank"}}
 
 
