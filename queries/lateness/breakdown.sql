@@ -121,15 +121,16 @@ WITH it AS (
   SELECT o.instance_key, o.rank, min(o.start_ns) AS arr_ns, min(o.start_ns + o.clock_offset_ns) AS own_ns
   FROM _skew_ops o JOIN inst USING (instance_key) GROUP BY o.instance_key, o.rank
 ), pos AS (
-  SELECT ao.rank, ao.own_ns, rank() OVER (PARTITION BY ao.instance_key ORDER BY ao.arr_ns) - 1 AS pos,
+  SELECT ao.instance_key, ao.rank, ao.own_ns, rank() OVER (PARTITION BY ao.instance_key ORDER BY ao.arr_ns) - 1 AS pos,
          count(*) OVER (PARTITION BY ao.instance_key) AS n,
          ao.rank = inst.last_arriving_rank AS is_last, ao.rank = inst.first_arriving_rank AS is_first
   FROM ao JOIN inst USING (instance_key)
 ), pit AS (
   SELECT p.*, i.iteration, i.end_ns FROM pos p ASOF JOIN it i ON i.rank = p.rank AND p.own_ns >= i.start_ns
-), arr AS (
+), arr AS (  -- the percentages summed in one fixed order (a float sum depends on its order; avg of integers is exact)
   SELECT rank, iteration, count(*) AS collectives, avg(pos) AS mean_pos,
-         avg(100.0 * pos / greatest(n - 1, 1)) AS mean_pct, count(*) FILTER (WHERE is_last) AS times_last,
+         list_sum(list(100.0 * pos / greatest(n - 1, 1) ORDER BY own_ns, instance_key)) / count(*) AS mean_pct,
+         count(*) FILTER (WHERE is_last) AS times_last,
          count(*) FILTER (WHERE is_first) AS times_first
   FROM pit WHERE own_ns < end_ns GROUP BY rank, iteration
 )
@@ -197,9 +198,14 @@ WITH b AS (
 ), w AS (
   SELECT o.*, bool_and(is_outlier AND dev > 0) OVER (PARTITION BY rank ORDER BY iteration_index
                                                     ROWS UNBOUNDED PRECEDING) AS in_warmup,
-         regr_slope(iteration_ns, iteration_index) FILTER (WHERE NOT is_outlier) OVER (PARTITION BY rank) AS slope,
          count(*) FILTER (WHERE NOT is_outlier) OVER (PARTITION BY rank) AS n_ok
   FROM o
+), sl AS (  -- least-squares slope from exact integer sums (regr_slope's float updates depend on row order)
+  SELECT rank, CAST(count(*) * sum(x * y) - sum(x) * sum(y) AS DOUBLE)
+               / nullif(CAST(count(*) * sum(x * x) - sum(x) * sum(x) AS DOUBLE), 0) AS slope
+  FROM (SELECT rank, CAST(iteration_index AS HUGEINT) AS x, CAST(iteration_ns AS HUGEINT) AS y FROM o
+        WHERE NOT is_outlier)
+  GROUP BY rank
 )
 SELECT iteration_index, rank, iteration_source, step_no, iteration_ns, comm_exposed_ns,
        CAST(med AS DOUBLE) AS iteration_median_ns, CAST(dev AS DOUBLE) AS iteration_deviation_ns,
@@ -210,5 +216,5 @@ SELECT iteration_index, rank, iteration_source, step_no, iteration_ns, comm_expo
          AS trend_flag,
        CASE WHEN n >= 3 AND n_ok >= 2 THEN CAST(slope AS DOUBLE) END AS drift_ns_per_iteration,
        CASE WHEN n < 3 THEN 'fewer than 3 iterations on the rank' END AS trend_note
-FROM w
+FROM w LEFT JOIN sl USING (rank)
 ORDER BY rank, iteration_index;

@@ -154,7 +154,8 @@ cg AS (
   FROM kr WHERE rank NOT IN (SELECT rank FROM mk) AND rank NOT IN (SELECT rank FROM det_rows)
 ), allr AS (SELECT * FROM mark_rows UNION ALL SELECT * FROM det_rows UNION ALL SELECT * FROM whole
 ), cnt AS (SELECT *, count(*) OVER (PARTITION BY rank) AS rank_iterations FROM allr)
-SELECT rank, (row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns) - 1)::BIGINT AS iteration, step_no,
+SELECT rank, (row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, step_no, first_kernel_id) - 1)::BIGINT
+         AS iteration, step_no,
        iteration_source, start_ns, end_ns, first_kernel_id, period_kernels, period_score_pct::DOUBLE AS period_score_pct,
        warmup_kernels, stream_id, rank_iterations,
        CASE WHEN iteration_source = 'detected'
