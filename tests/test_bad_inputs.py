@@ -105,6 +105,20 @@ def nsys_without_runtime(good, tmp: Path) -> Path:
     return out
 
 
+def _nsys_session_start(good, path: Path, utc_ns: int) -> Path:
+    """A copy of the good nsys export whose session started at utc_ns (TARGET_INFO_SESSION_START_TIME.utcEpochNs)."""
+    path.write_bytes(Path(good["nsys"]).read_bytes())
+    con = sqlite3.connect(path)
+    assert con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = ?", [utc_ns]).rowcount == 1
+    con.commit()
+    con.close()
+    return path
+
+
+def nsys_clock_1991(good, tmp: Path) -> Path:
+    return _nsys_session_start(good, tmp / "clock1991.sqlite", 662_688_000 * 10**9)
+
+
 def truncated_gzip(good, tmp: Path) -> Path:
     data = gzip.compress(Path(good["kineto"]).read_bytes())
     return _write(tmp / "cut.json.gz", data[: len(data) // 2])
@@ -125,6 +139,7 @@ CASES: list[tuple[Callable, str]] = [
     (nested_trace_events, "refused"),
     (control_chars_in_name, "refused"),
     (nsys_without_runtime, "noted:no_cuda_runtime"),
+    (nsys_clock_1991, "refused"),
     (truncated_gzip, "refused"),
     (empty_file, "refused"),
 ]
@@ -208,6 +223,16 @@ def test_impossible_clocks_are_refused(good, tmp_path, base):
     res = CliRunner().invoke(app, ["ingest", str(path), "--db", str(tmp_path / "x.duckdb")])
     assert res.exit_code == 1
     assert "impossible clock" in res.output and "clock.json" in res.output
+
+
+@pytest.mark.parametrize("utc", [-5 * 10**9, 662_688_000 * 10**9, 4_102_444_800 * 10**9])
+def test_impossible_nsys_clocks_are_refused(good, tmp_path, utc):
+    """The Kineto rule on an nsys export's session start: negative, 1991 and 2100 are refused with the same words;
+    the export's own 2023 start (the good file, ingested by the corpus cases) is not."""
+    path = _nsys_session_start(good, tmp_path / "clock.sqlite", utc)
+    res = CliRunner().invoke(app, ["ingest", str(path), "--db", str(tmp_path / "x.duckdb")])
+    assert res.exit_code == 1
+    assert "impossible clock" in res.output and "clock.sqlite" in res.output and "utcEpochNs" in res.output
 
 
 def test_a_copy_of_a_file_that_failed_fails_too(good, tmp_path):

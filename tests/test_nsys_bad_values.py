@@ -106,7 +106,9 @@ def test_text_in_session_start_time_is_refused(good, tmp_path):
 
 
 def test_timestamps_overflowing_after_the_clock_offset_are_refused(good, tmp_path):
-    bad = _damaged(good, tmp_path, f"UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = {2**63 - 1}")
+    # a real session start (an impossible one is refused first), the target clock as far back as int64 allows
+    bad = _damaged(good, tmp_path,
+                   f"UPDATE TARGET_INFO_SESSION_START_TIME SET systemClockNs = utcEpochNs - {2**63 - 1}")
     _refused(bad, "timestamps overflow 64-bit integers after adding the clock offset")
 
 

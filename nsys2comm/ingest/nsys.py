@@ -42,7 +42,9 @@ NCCL and PyTorch ranges
 Bad values (nsys_values.py)
     Refused with one line naming the file: NULL ``start``/``end`` (``end`` may be NULL for NVTX ranges),
     ``globalPid``/``globalTid`` or ``deviceId``; non-integer timestamps or ids; TEXT in
-    TARGET_INFO_SESSION_START_TIME; a clock offset or shifted timestamp outside int64; device ids outside 0..65535.
+    TARGET_INFO_SESSION_START_TIME; a clock offset or shifted timestamp outside int64; device ids outside 0..65535;
+    an impossible clock: a session start (``utcEpochNs``) before 2000 (under one day: an offset, kept) or over a
+    year past the file's mtime, the rule of Kineto's ``baseTimeNanoseconds``.
     Stored with an ingest note: rows with ``end < start`` are left out (``negative_durations``); kernels without
     ``demangledName`` take their ``shortName`` (``kernel_short_names``), without any name they are ``unknown``
     (``unnamed_kernels``).

@@ -8,6 +8,7 @@ almost nothing; the SQLite queries that say *which* column is wrong run only aft
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -109,7 +110,27 @@ def session_clock(ex, utc, sysclk) -> int:
     offset = utc - (sysclk or 0)
     if not _INT64[0] <= offset <= _INT64[1]:
         raise bad(ex, f"{t} gives a clock offset ({offset} ns) outside 64-bit integers")
+    impossible_clock(ex, utc)
     return offset
+
+
+_DAY_NS = 86_400 * 10**9
+_Y2000_NS = 946_684_800 * 10**9
+
+
+def impossible_clock(ex, utc: int) -> None:
+    """Refuse a session start (utcEpochNs, the epoch time of the session's start on both clock rules) that no
+    profiler's clock gives, by the rule Kineto's baseTimeNanoseconds follows (kineto._base_time_ns): before 2000 (a
+    base under one day is an offset, not a date) or over a year past the file's own date (its mtime). Such a rank
+    would sit decades off the others, a skew of 1e9 s in every cross-rank figure."""
+    try:
+        mtime_ns: int | None = ex.path.stat().st_mtime_ns
+    except OSError:
+        mtime_ns = None
+    if utc < 0 or _DAY_NS <= utc < _Y2000_NS or (mtime_ns is not None and utc > mtime_ns + 366 * _DAY_NS):
+        when = datetime.fromtimestamp(utc / 1e9, UTC).strftime("%Y-%m-%d") if abs(utc) < 2**62 else "?"
+        raise bad(ex, f"has TARGET_INFO_SESSION_START_TIME.utcEpochNs {utc} ({when}), an impossible clock (before "
+                      "2000 or after the file was written)")
 
 
 def note_batch(notes: list[tuple[str, str, str]]):
