@@ -190,7 +190,20 @@ def _requests(volume: dict) -> list[Request]:
 
     params = {DEGREES: layout_params(volume), GEMM: _gemm_args(volume), VOLUME: volume}
     has_model = any(k in volume for k in ("layers", "hidden", "params"))
-    return [Request(name, params.get(name, {})) for name in COLUMNS if name != VOLUME or has_model]
+    return [Request(name, params.get(name, {})) for name in COLUMNS
+            if name not in _IF_NEEDED and (name != VOLUME or has_model)]
+
+
+_IF_NEEDED = (CONTENTION, PAIRS, LATE)  # run only when the job has communication time / a straggler
+
+
+def _needed(res: Results) -> list[Request]:
+    """The batch's further queries, given its first results: GEMM contention and serialised pairs when the job has
+    communication time, the late-arrival causes when a rank is a straggler."""
+    ov, wait = res.frame(OVERLAP), res.frame(WAIT)
+    comm = ov is not None and bool(ov["comm_ns"].sum())
+    straggler = wait is not None and bool(wait["is_straggler"].any())
+    return [Request(n) for n in _IF_NEEDED if (comm if n != LATE else straggler)]
 
 
 def _pct(num, den) -> float | None:
@@ -234,7 +247,7 @@ def build_summary(con, failed_files: list[dict] | None = None, volume: dict | No
     if failed_files:  # --keep-going: the figures below rest on the other traces only
         missing.append(f"failed_files: {len(failed_files)} trace file(s) could not be read and were left out "
                        "(--keep-going): " + ", ".join(f["path"] for f in failed_files))
-    res = run_batch(con, _requests(volume or {}), COLUMNS)
+    res = run_batch(con, _requests(volume or {}), COLUMNS, _needed)
     _shape(s, res, missing)
     _overlap(s, res, missing)
     _worst_collective(s, res, missing)
