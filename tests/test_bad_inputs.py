@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Callable
@@ -258,3 +259,19 @@ def test_nsys_string_over_the_event_limit_is_refused_in_bounded_memory(good, tmp
     assert res.exit_code == 1
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "bigname.sqlite" in lines[0] and "event-size limit" in lines[0], res.output
+
+
+# tier 2: the one clock rule of both importers (ingest/base.impossible_clock)
+def test_clock_rule_ignores_file_dates_reset_before_2000(tmp_path):
+    from nsys2comm.ingest.base import impossible_clock
+    f = tmp_path / "rank0.json"
+    f.write_text("{}")
+    y2023 = 1_700_000_000 * 10**9
+    os.utime(f, ns=(315_532_800 * 10**9, 315_532_800 * 10**9))  # 1980-01-01: an archive tool's reset date
+    assert impossible_clock(y2023, f) is None
+    os.utime(f, ns=(y2023, y2023))
+    assert impossible_clock(y2023, f) is None
+    assert "impossible clock" in impossible_clock(y2023 + 2 * 366 * 86_400 * 10**9, f)
+    assert "impossible clock" in impossible_clock(662_688_000 * 10**9, f)  # 1991
+    assert "impossible clock" in impossible_clock(-1, f)
+    assert impossible_clock(3_600 * 10**9, f) is None  # under a day: an offset, not a date

@@ -22,6 +22,7 @@ import multiprocessing.spawn as mps
 import os
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -246,3 +247,23 @@ def stop_pool(pool) -> None:
     for p in procs:
         with contextlib.suppress(Exception):
             p.join(5)
+
+
+_DAY_NS = 86_400 * 10**9
+_Y2000_NS = 946_684_800 * 10**9
+
+
+def impossible_clock(epoch_ns: int, path) -> str | None:
+    """Why a trace's epoch clock (Kineto baseTimeNanoseconds, nsys utcEpochNs) is one no profiler gives, or None.
+    Such a rank would sit decades off the others (a skew of 1e9 s in every cross-rank figure): before 2000 (a value
+    under one day is an offset some writers use, not a date) or over a year past the file's own date. A file date
+    before 2000 is ignored: archive tools and reproducible builds reset mtimes to 1970/1980."""
+    try:
+        mtime_ns: int | None = os.stat(path).st_mtime_ns
+    except (OSError, TypeError, ValueError):
+        mtime_ns = None
+    late = mtime_ns is not None and mtime_ns >= _Y2000_NS and epoch_ns > mtime_ns + 366 * _DAY_NS
+    if epoch_ns < 0 or _DAY_NS <= epoch_ns < _Y2000_NS or late:
+        when = datetime.fromtimestamp(epoch_ns / 1e9, UTC).strftime("%Y-%m-%d") if abs(epoch_ns) < 2**62 else "?"
+        return f"({when}), an impossible clock (before 2000 or after the file was written)"
+    return None

@@ -29,7 +29,6 @@ import shutil
 import tempfile
 from collections import deque
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -37,7 +36,7 @@ import orjson
 import pyarrow as pa
 
 from ..errors import InputError
-from .base import SPOOL_PREFIX, Batch, ReadOptions, decoder_processes_for, process_pool, shift_ids
+from .base import SPOOL_PREFIX, Batch, ReadOptions, decoder_processes_for, impossible_clock, process_pool, shift_ids
 from .kineto_decode import (
     HINT_BAD_VALUE,
     BadValue,
@@ -472,32 +471,17 @@ def read(path, options: ReadOptions | None = None, *, block: int = BLOCK) -> Ite
         raise InputError("has JSON nested deeper than any trace", path=str(path), hint=HINT_BAD_VALUE) from None
 
 
-def _base_time_ns(header: dict, trailer: dict, mtime_ns: int | None = None) -> int | None:
+def _base_time_ns(header: dict, trailer: dict, path: Path | None = None) -> int | None:
     v = trailer.get("baseTimeNanoseconds", header.get("baseTimeNanoseconds"))
     if v is None:
         return None
     n = _to_int(v)
     if n is None or not -(2**63) <= n < 2**63:
         raise BadValue(f"has baseTimeNanoseconds {_to_str(v)[:40]}, which is not an epoch time in ns")
-    # an impossible clock would put this rank decades away from the others (a skew of 1e9 s in every cross-rank
-    # figure): before 2000 (a small positive base is an offset some writers use, not a date) or over a year past the
-    # file's own date
-    if n < 0 or _DAY_NS <= n < _Y2000_NS or (mtime_ns is not None and n > mtime_ns + 366 * _DAY_NS):
-        when = datetime.fromtimestamp(n / 1e9, UTC).strftime("%Y-%m-%d") if abs(n) < 2**62 else "?"
-        raise BadValue(f"has baseTimeNanoseconds {n} ({when}), an impossible clock (before 2000 or after the "
-                       "file was written)")
+    why = impossible_clock(n, path)
+    if why:
+        raise BadValue(f"has baseTimeNanoseconds {n} {why}")
     return n
-
-
-_DAY_NS = 86_400 * 10**9
-_Y2000_NS = 946_684_800 * 10**9
-
-
-def _mtime_ns(path: Path) -> int | None:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return None
 
 
 def _read(path: Path, options: ReadOptions, block: int) -> Iterator[Batch]:
@@ -508,7 +492,7 @@ def _read(path: Path, options: ReadOptions, block: int) -> Iterator[Batch]:
     dist = _dist_info(header, trailer)
     ranks = _resolve_rank(path, options, dist)  # the final word (distributedInfo may be in the trailer)
     rank = ranks.ranks[0]
-    base = _base_time_ns(header, trailer, _mtime_ns(path))
+    base = _base_time_ns(header, trailer, path)
     yield _files_batch(header, trailer, dist, state, base)
     groups = _process_groups(dist)
     if groups:

@@ -8,12 +8,12 @@ almost nothing; the SQLite queries that say *which* column is wrong run only aft
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from .base import impossible_clock as base_impossible_clock
 
 _REEXPORT_HINT = "the export is damaged or was edited; export the report again with nsys export --type sqlite"
 MAX_DEVICE = 65535  # device ids are packed in 16 bits while streaming (CUDA ordinals are small)
@@ -114,23 +114,12 @@ def session_clock(ex, utc, sysclk) -> int:
     return offset
 
 
-_DAY_NS = 86_400 * 10**9
-_Y2000_NS = 946_684_800 * 10**9
-
-
 def impossible_clock(ex, utc: int) -> None:
-    """Refuse a session start (utcEpochNs, the epoch time of the session's start on both clock rules) that no
-    profiler's clock gives, by the rule Kineto's baseTimeNanoseconds follows (kineto._base_time_ns): before 2000 (a
-    base under one day is an offset, not a date) or over a year past the file's own date (its mtime). Such a rank
-    would sit decades off the others, a skew of 1e9 s in every cross-rank figure."""
-    try:
-        mtime_ns: int | None = ex.path.stat().st_mtime_ns
-    except OSError:
-        mtime_ns = None
-    if utc < 0 or _DAY_NS <= utc < _Y2000_NS or (mtime_ns is not None and utc > mtime_ns + 366 * _DAY_NS):
-        when = datetime.fromtimestamp(utc / 1e9, UTC).strftime("%Y-%m-%d") if abs(utc) < 2**62 else "?"
-        raise bad(ex, f"has TARGET_INFO_SESSION_START_TIME.utcEpochNs {utc} ({when}), an impossible clock (before "
-                      "2000 or after the file was written)")
+    """Refuse a session start (utcEpochNs: the epoch time of the session's start on both clock rules) by the rule
+    both importers follow (base.impossible_clock)."""
+    why = base_impossible_clock(utc, ex.path)
+    if why:
+        raise bad(ex, f"has TARGET_INFO_SESSION_START_TIME.utcEpochNs {utc} {why}")
 
 
 def note_batch(notes: list[tuple[str, str, str]]):
