@@ -755,7 +755,8 @@ def query(
         "--step-marker", metavar="NAME", show_default=False,
         help="Name of the NVTX or annotation range that marks one iteration (e.g. train_step; also 'train_step 12'): "
              "the 'marker' parameter of the queries that take one (iterations, rank_iteration_breakdown, "
-             "iteration_trend, iteration_critical_path, critical_path_segments, late_arrival_causes, late_rank_host_ops).")] = None,
+             "iteration_trend, iteration_critical_path, critical_path_segments, late_arrival_causes, "
+             "late_rank_host_ops).")] = None,
     fmt: FormatOpt = None,
     output: OutOpt = None,
     columns: ColumnsOpt = None,
