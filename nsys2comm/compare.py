@@ -81,7 +81,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "msg_size_histogram": ("collective", "bucket_lo_bytes", "bucket_hi_bytes", "ops", "total_bytes", "total_ns"),
     "msg_size_exposure": ("collective", "bucket_lo_bytes", "exposed_ns"),
     "collective_bandwidth": ("collective", "group_size", "group_size_assumed", "bucket_lo_bytes", "bucket_hi_bytes",
-                             "total_ns", "busbw_gbps"),
+                             "total_ns", "busbw_gbps", "bandwidth_check"),
     "rank_wait": ("rank", "total_wait_ns", "arrived_last_pct", "straggler_rank_order", "is_straggler"),
     "collective_skew": ("collective", "start_skew_ns"),
     "latency_model": ("collective", "group_size", "latency_floor_ns", "transfer_p50_ns", "alpha_us", "beta_gbps",

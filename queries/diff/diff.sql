@@ -28,6 +28,14 @@
 -- own: NULL. A value missing on one side counts as 0 there (the run had no such time) unless that side's overlap
 -- or exposure analysis failed; impact_ns is NULL when neither side has the value.
 
+-- @macro _diff_busbw
+-- The bus bandwidth a diff compares: collective_bandwidth.busbw_gbps (matched transfer time, the same basis on both
+-- runs; NULL when nothing matched) unless it is above the device peak (bandwidth_check 'above_peak': physically
+-- impossible, so not a figure to compare).
+-- @param busbw: collective_bandwidth.busbw_gbps.
+-- @param verdict: collective_bandwidth.bandwidth_check.
+CREATE OR REPLACE MACRO _diff_busbw(busbw, verdict) AS CASE WHEN verdict = 'above_peak' THEN NULL ELSE busbw END;
+
 -- @macro _diff_side_basis
 -- One side's iterations: how many per rank, where they come from, and whether the side has iterations at all.
 -- @param side: Prefix of a run's tables (<side>_iterations, <side>_overlap_by_step; see this file's header).
@@ -144,7 +152,8 @@ rw AS (SELECT * FROM query_table(side || '_rank_wait')),
 sk AS (SELECT * FROM query_table(side || '_collective_skew')),
 lbt AS (SELECT * FROM query_table(side || '_latency_bound_total')),
 bw AS (
-  SELECT * FROM query_table(side || '_collective_bandwidth')
+  SELECT * REPLACE (_diff_busbw(busbw_gbps, bandwidth_check) AS busbw_gbps)
+  FROM query_table(side || '_collective_bandwidth')
   QUALIFY row_number() OVER (PARTITION BY collective, group_size, bucket_lo_bytes ORDER BY group_size_assumed) = 1
 ),
 job AS (
@@ -380,10 +389,12 @@ ORDER BY abs(impact_ns) DESC NULLS LAST, impact_ns DESC NULLS LAST, section_ord,
 -- @column buckets [key]: Buckets with a bus bandwidth on both sides.
 CREATE OR REPLACE MACRO diff_busbw_change(base_side, new_side) AS TABLE
 WITH bb AS (
-  SELECT * FROM query_table(base_side || '_collective_bandwidth')
+  SELECT * REPLACE (_diff_busbw(busbw_gbps, bandwidth_check) AS busbw_gbps)
+  FROM query_table(base_side || '_collective_bandwidth')
   QUALIFY row_number() OVER (PARTITION BY collective, group_size, bucket_lo_bytes ORDER BY group_size_assumed) = 1
 ), nb AS (
-  SELECT * FROM query_table(new_side || '_collective_bandwidth')
+  SELECT * REPLACE (_diff_busbw(busbw_gbps, bandwidth_check) AS busbw_gbps)
+  FROM query_table(new_side || '_collective_bandwidth')
   QUALIFY row_number() OVER (PARTITION BY collective, group_size, bucket_lo_bytes ORDER BY group_size_assumed) = 1
 )
 SELECT (sum(b.total_ns * 100.0 * (n.busbw_gbps - b.busbw_gbps) / b.busbw_gbps) / sum(b.total_ns))::DOUBLE
