@@ -362,7 +362,8 @@ def _read(path: Path, options: ReadOptions) -> Iterator[Batch]:
         domains=_domains(ex, nccl_ids))
     counts: Counter = Counter()
     yield from read_tables(ex, ctx, dec, counts, decoder_processes(path, options),
-                           int(options.extra.get("nsys_range_rows") or CHUNK_ROWS))
+                           int(options.extra.get("nsys_range_rows") or CHUNK_ROWS),
+                           sources=SOURCES, read_table=read_table, open_export=open_export)
     notes = _notes(counts)
     if notes:
         yield Batch("ingest_notes", values.note_batch(notes))
@@ -402,6 +403,12 @@ def read_table(ex: _Export, ctx: _Placement, source: str, rows: tuple[int, int] 
     if source == _RUNTIME:
         return _api_calls(ex, ctx, counts, rows)
     return _nvtx(ex, ctx, counts, dec or PayloadDecoder(ex.con, ex.tables, ex.cols), rows)
+
+
+def open_export(path: str) -> tuple[_Export, PayloadDecoder]:
+    """A decoder process's own read-only connection to an export, and its NVTX payload decoder (nsys_ranges)."""
+    ex = _Export(Path(path))
+    return ex, PayloadDecoder(ex.con, ex.tables, ex.cols)
 
 
 def _rowids(rows: tuple[int, int] | None, where: str = "") -> str:

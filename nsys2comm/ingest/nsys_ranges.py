@@ -5,6 +5,10 @@ does it on one core. With decoder processes, each export table is cut into range
 through the table's B-tree) and each range is read on the process's own read-only connection. Results are merged in
 table and rowid order, their row ids shifted by the rows read before them, so the batches are those of a read in one
 process (tests/test_ingest_nsys.py compares them).
+
+This module knows nothing of the export's tables: ``nsys`` passes its table list, its table reader and how a decoder
+process opens an export (module-level functions, so a decoder process receives them by name), and this module
+imports nothing from ``nsys`` (tests/test_importers.py checks the ingest package has no import circle).
 """
 
 from __future__ import annotations
@@ -12,17 +16,19 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter, deque
 from collections.abc import Iterator
-from pathlib import Path
 
 from .base import Batch, process_pool, shift_ids, stop_pool
 
 
-def read_tables(ex, ctx, dec, counts: Counter, nworkers: int, range_rows: int) -> Iterator[Batch]:
-    """Every row table's batches with the file's row ids; ``counts`` gains what nsys._notes reports."""
-    from .nsys import SOURCES, read_table
+def read_tables(ex, ctx, dec, counts: Counter, nworkers: int, range_rows: int, *, sources, read_table,
+                open_export) -> Iterator[Batch]:
+    """Every row table's batches with the file's row ids; ``counts`` gains what nsys._notes reports.
 
+    ``sources``: (canonical table, export table) in reading order; ``read_table(ex, ctx, source, rows, counts, dec)``:
+    one export table's batches, row ids from 0; ``open_export(path) -> (export, payload decoder)``: a decoder
+    process's own connection. Both functions must be module-level (they are sent to decoder processes by name)."""
     if nworkers <= 0:
-        for table, source in SOURCES:
+        for table, source in sources:
             before = counts[table]
             for b in read_table(ex, ctx, source, None, counts, dec):
                 yield Batch(table, shift_ids(table, b.data, before))
@@ -30,8 +36,9 @@ def read_tables(ex, ctx, dec, counts: Counter, nworkers: int, range_rows: int) -
     pool = process_pool(nworkers)
     try:
         inflight: deque = deque()
-        for table, source, lo, hi in _plan(ex, SOURCES, range_rows):
-            inflight.append((table, pool.submit(_read_range, str(ex.path), ctx, source, lo, hi)))
+        for table, source, lo, hi in _plan(ex, sources, range_rows):
+            inflight.append((table, pool.submit(_read_range, str(ex.path), ctx, source, lo, hi, read_table,
+                                                open_export)))
             if len(inflight) > nworkers:
                 yield from _merge(*inflight.popleft(), counts)
         while inflight:
@@ -72,17 +79,15 @@ def _merge(table: str, fut, counts: Counter) -> Iterator[Batch]:
 _open: tuple | None = None  # (path, export, NVTX payload decoder) of this decoder process
 
 
-def _read_range(path: str, ctx, source: str, lo: int | None, hi: int | None) -> tuple[list, Counter]:
+def _read_range(path: str, ctx, source: str, lo: int | None, hi: int | None, read_table,
+                open_export) -> tuple[list, Counter]:
     """Decoder process: rowids [lo, hi) of one export table (all of it when lo is None) -> (Arrow tables with ids
     from 0, counts)."""
     global _open
-    from .nsys import PayloadDecoder, _Export, read_table
-
     if _open is None or _open[0] != path:
         if _open is not None:
             _open[1].con.close()
-        ex = _Export(Path(path))
-        _open = (path, ex, PayloadDecoder(ex.con, ex.tables, ex.cols))
+        _open = (path, *open_export(path))
     _, ex, dec = _open
     counts: Counter = Counter()
     rows = None if lo is None else (lo, hi)
