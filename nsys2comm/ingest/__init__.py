@@ -22,6 +22,7 @@ from .base import (
     ID_COLUMNS,
     SPOOL_PREFIX,
     Batch,
+    Importer,
     ReadOptions,
     alive,
     process_pool,
@@ -30,8 +31,6 @@ from .base import (
     stop_pool,
 )
 from .redact import redacted
-
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
 
 
 @dataclass
@@ -43,10 +42,23 @@ class FileResult:
     ranks: list[int] = field(default_factory=list)
 
 
-def _importers():
+def _importers() -> dict[str, Importer]:
+    """Every importer (base.Importer), by SOURCE, in the order ``detect`` tries them. Here, not at module level:
+    decoder processes import this package and stay light."""
     from . import kineto, nsys
 
-    return {kineto.SOURCE: kineto, nsys.SOURCE: nsys}
+    mods: tuple[Importer, ...] = (kineto, nsys)  # mypy checks each module against the Protocol
+    return {m.SOURCE: m for m in mods}
+
+
+def trace_suffixes() -> tuple[str, ...]:
+    """File name endings a directory search picks up: the union of the importers' SUFFIXES."""
+    return tuple(dict.fromkeys(s for m in _importers().values() for s in m.SUFFIXES))
+
+
+def formats_hint() -> str:
+    """The formats nsys2comm reads, in a user's words, from the importers' FORMAT_HINT and SUFFIXES."""
+    return " or ".join(f"{m.FORMAT_HINT} ({', '.join('*' + s for s in m.SUFFIXES)})" for m in _importers().values())
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
@@ -57,10 +69,9 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
         if p.is_file():
             out.append(p)
         elif p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(trace_suffixes()))
             if not found:
-                raise InputError("directory holds no trace files", path=str(p),
-                                 hint="expected *.json, *.json.gz (Kineto) or *.sqlite (nsys export --type sqlite)")
+                raise InputError("directory holds no trace files", path=str(p), hint=f"expected {formats_hint()}")
             out.extend(found)
         else:
             matches = sorted(Path(m) for m in glob.glob(str(raw), recursive=True) if Path(m).is_file())
@@ -88,17 +99,14 @@ def detect(path: Path):
         raise InputError("is an Nsight Systems report, not an SQLite export", path=str(path),
                          hint=f"convert it: nsys export --type sqlite --include-blobs=true {path}")
     if not head:
-        raise InputError("is empty", path=str(path),
-                         hint="give a Kineto trace (.json/.json.gz) or an nsys SQLite export")
+        raise InputError("is empty", path=str(path), hint=f"give {formats_hint()}")
     for mod in _importers().values():
         if mod.sniff(path, head):
             return mod
     if path.suffix in (".nsys-rep", ".qdrep"):
         raise InputError("is an Nsight Systems report, not an SQLite export", path=str(path),
                          hint=f"convert it: nsys export --type sqlite --include-blobs=true {path}")
-    raise InputError("is not a trace nsys2comm can read", path=str(path),
-                     hint="expected a PyTorch profiler JSON (.json/.json.gz) or an Nsight Systems SQLite export "
-                          "(nsys export --type sqlite)")
+    raise InputError("is not a trace nsys2comm can read", path=str(path), hint=f"expected {formats_hint()}")
 
 
 def sha256_of(path: Path) -> str:
@@ -661,10 +669,6 @@ def _write_batch_or_each(con, batch: list, record, fail, progress, installing) -
 def _batch_finalizer(mod):
     """The importer's ``finalize_many(con, file_ids)`` (several files' finalize in a few statements), else None
     (its files are finalized one by one)."""
-    if mod.SOURCE == "kineto":
-        from .kineto_resolve import finalize_many
-
-        return finalize_many
     return getattr(mod, "finalize_many", None)
 
 

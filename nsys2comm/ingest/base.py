@@ -1,7 +1,8 @@
 """What every importer produces: a stream of batches of canonical rows.
 
-An importer is a module with ``SOURCE`` (str), ``sniff(path, head: bytes) -> bool``,
-``read(path, options) -> Iterator[Batch]`` and ``finalize(con, file_id)``.
+An importer is a module that satisfies :class:`Importer` (``SOURCE``, ``SUFFIXES``, ``FORMAT_HINT``, ``sniff``,
+``read``, ``finalize``, ``decoder_processes``); ``ingest._importers`` lists them, and the directory search's suffixes
+and the "what can be read" hints are built from their declarations (tests/test_importers.py checks both).
 
 ``read`` streams: it yields ``Batch(table, arrow_table)`` as soon as a chunk is parsed, so memory stays bounded.
 Batch rows use canonical column names without ``file_id``; id columns (``kernel_id``, ``memop_id``,
@@ -21,9 +22,11 @@ import multiprocessing.popen_forkserver as mpf
 import multiprocessing.spawn as mps
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -43,6 +46,35 @@ class ReadOptions:
     rank: int | None = None  # --rank: explicit rank (kineto) / first rank (nsys)
     world_size: int | None = None  # --world-size: used when the trace does not record it
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Importer(Protocol):
+    """One trace format: a module with these members (a module satisfies a Protocol, for mypy and ``isinstance``).
+
+    An importer may also define ``finalize_many(con, file_ids)``: several small files' finalize in a few statements
+    (else they are finalized one by one).
+    """
+
+    SOURCE: str  # files.source, e.g. "kineto"
+    SUFFIXES: tuple[str, ...]  # file name endings a directory search picks up, e.g. (".json", ".json.gz")
+    FORMAT_HINT: str  # the format in a user's words, e.g. "a PyTorch profiler (Kineto) JSON trace"
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        """Whether the file (``head``: its first 4096 bytes) is of this format."""
+        ...
+
+    def read(self, path: Path, options: ReadOptions | None = None) -> Iterator[Batch]:
+        """The file's canonical rows as a stream of batches (see the module docstring)."""
+        ...
+
+    def finalize(self, con: Any, file_id: int) -> None:
+        """Inside the file's transaction, after its batches: fill ``comm_ops`` (and ``ingest_notes``) in SQL."""
+        ...
+
+    def decoder_processes(self, path: Path, options: ReadOptions) -> int:
+        """Worker processes ``read`` will start for this file (0: it reads in-process)."""
+        ...
 
 
 ID_COLUMNS = {"kernels": "kernel_id", "mem_ops": "memop_id", "cpu_ranges": "range_id", "api_calls": "call_id"}

@@ -50,12 +50,14 @@ from .kineto_decode import (
     decode_events_slow,
     has_epoch_fraction_ts,
 )
-from .kineto_resolve import finalize  # noqa: F401  (the importer interface: read, sniff, finalize)
+from .kineto_resolve import finalize, finalize_many  # noqa: F401  (the importer interface, base.Importer)
 from .kineto_rows import _ERA_MARKERS, _State
 from .kineto_stream import BLOCK, CLOSE_PIECE
 from .ranks import Ranks, resolve_ranks
 
 SOURCE = "kineto"
+SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
+FORMAT_HINT = "a PyTorch profiler (Kineto) JSON trace"
 # bytes per worker range (plain files) or per piece (gzip): measured on a 440 MB tiled real trace, 2 cores: 16 MB
 # 4.25 s / 695 MB peak RSS of all processes, 8 MB 4.05 s / 616 MB, 4 MB 4.57 s / 585 MB (per-task costs show)
 RANGE_BYTES = 8 << 20

@@ -74,6 +74,8 @@ from .nvtx_payload import PayloadDecoder
 from .ranks import resolve_ranks
 
 SOURCE = "nsys"
+SUFFIXES: tuple[str, ...] = (".sqlite", ".sqlite3", ".db")
+FORMAT_HINT = "an Nsight Systems SQLite export from nsys export --type sqlite"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 CHUNK_ROWS = 200_000
 
