@@ -53,34 +53,73 @@ import threading
 import duckdb
 
 from . import catalog, usercache
-from .db import held_descriptor, settle, sweep_memory_limit
 
-# helper views whose snapshot may replace the live computation: view name -> snapshot table
-_MATERIALIZABLE = {"_overlap_step_ranges": "_overlap_step_ranges_snapshot",
-                   "_overlap_gpu_timeline": "_gpu_timeline_snapshot",
-                   "_overlap_comm_kernel_overlap": "_comm_kernel_overlap_snapshot",
-                   "_overlap_comm_kernels": "_overlap_comm_kernels_snapshot",
-                   "_skew_comm_keys": "_skew_comm_keys_snapshot",
-                   "_skew_ops": "_skew_ops_snapshot",
-                   "_skew_comm_instances": "_skew_comm_instances_snapshot",
-                   "_exposure_launches": "_exposure_launches_snapshot",
-                   "_exposure_producer_pick": "_exposure_producer_pick_snapshot",
-                   "_exposure_gemm_coverage": "_exposure_gemm_coverage_snapshot",
-                   "_exposure_gemm_slowdown": "_exposure_gemm_slowdown_snapshot",
-                   "_exposure_kernel_evidence": "_exposure_kernel_evidence_snapshot",
-                   "_model_group_records": "_model_group_records_snapshot",
-                   "_model_groups": "_model_groups_snapshot",
-                   "_report_comm_kernel_groups": "_report_comm_kernel_groups_snapshot",
-                   "_model_op_rank_steps": "_model_op_rank_steps_snapshot"}
 
-_CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in _MATERIALIZABLE]
+def settle(con):
+    """Finish any half-read ``execute()`` result so the connection takes new work (DuckDB >= 2 refuses otherwise)."""
+    complete = getattr(con, "complete", None)
+    if complete is not None:
+        complete()
+    return con
 
-# Sweeps stored in the order of the public queries that return all their rows sorted: DuckDB sorts presorted rows
-# faster. At 10M kernels, comm_kernels 0.22 -> 0.18-0.20 s, producer_links 0.27 -> 0.16-0.20 s and
-# serialised_pairs 0.43-0.45 -> 0.23-0.26 s; storing _exposure_kernel_evidence or _skew_comm_instances in their
+
+def held_descriptor(path: str | os.PathLike[str]) -> int | None:
+    """A descriptor this process already holds on the file (DuckDB's, while a connection has it open), found
+    without opening the file; None where there is none or no /proc to look in.
+
+    DuckDB locks database files with POSIX record locks, and a process loses those on closing *any* descriptor of
+    the file: reading a database this process has open must go through the descriptor it holds."""
+    real = os.path.realpath(path)
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == real:
+                return int(fd)
+        except OSError:  # closed meanwhile (listdir's own descriptor)
+            continue
+    return None
+
+
+# Writers (ingest, sql --write) hold a file's rows until its transaction commits and then run the resolution SQL:
+# bounded, they spill to a temp directory instead of growing with the trace (decoder processes run beside them).
+WRITER_MEMORY_LIMIT = "256MB"
+
+
+def sweep_memory_limit() -> str:
+    """Memory for the shared sweeps a writer stores once its files are in (``refresh_cache``): the decoders
+    have finished by then, and at ``WRITER_MEMORY_LIMIT`` the sweeps over 10M kernels spill (58.8 s against 38.3 s
+    at 2 GB). An eighth of the machine's RAM, between 256 MB and 4 GB; DuckDB takes only what the sweeps need."""
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): stay at the writer's limit
+        return WRITER_MEMORY_LIMIT
+    return f"{min(max(ram // 8, 256 << 20), 4 << 30) >> 20}MB"
+
+# The shared helper sweeps, declared where they are defined (``-- @sweep per_rank|cross_rank [order=...]`` in
+# queries/, catalog.CatalogObject.sweep), in catalog order: a sweep comes after the sweeps it reads.
+SWEEPS: tuple[str, ...] = tuple(o.name for o in catalog.sweeps())
+# the sweeps whose rows for a rank read that rank's rows only (distributed computes them one task per rank)
+PER_RANK_SWEEPS: tuple[str, ...] = tuple(o.name for o in catalog.sweeps() if o.sweep == "per_rank")
+
+
+def snapshot_table(view: str) -> str:
+    """TEMP table holding ``materialize``'s snapshot of a sweep."""
+    return f"{view}_snapshot"
+
+
+# view name -> snapshot table (older callers; SWEEPS and snapshot_table are the public names)
+_MATERIALIZABLE = {v: snapshot_table(v) for v in SWEEPS}
+
+_CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in SWEEPS]
+
+# Sweeps stored in the order of the public queries that return all their rows sorted (their @sweep order=): DuckDB
+# sorts presorted rows faster. At 10M kernels, comm_kernels 0.22 -> 0.18-0.20 s, producer_links 0.27 -> 0.16-0.20 s
+# and serialised_pairs 0.43-0.45 -> 0.23-0.26 s; storing _exposure_kernel_evidence or _skew_comm_instances in their
 # queries' order gained nothing (they are unioned or aggregated first).
-_STORED_ORDER = {"_overlap_comm_kernels": "rank, start_ns, kernel_id",
-                 "_exposure_producer_pick": "rank, comm_start_ns, kernel_id"}
+_STORED_ORDER = {o.name: ", ".join(o.sweep_order) for o in catalog.sweeps() if o.sweep_order}
 
 
 def _rows_to_store(view: str) -> str:
@@ -184,11 +223,11 @@ def sweep_dependencies() -> dict[str, frozenset[str]]:
             out: set[str] = set()
             for other in refs.get(name, ()):
                 if other not in path:
-                    out |= {other} if other in _MATERIALIZABLE else reads(other, (*path, name))
+                    out |= {other} if other in SWEEPS else reads(other, (*path, name))
             memo[name] = out
         return memo[name]
 
-    return {view: frozenset(reads(view)) for view in _MATERIALIZABLE}
+    return {view: frozenset(reads(view)) for view in SWEEPS}
 
 
 def _store_sweeps(con, workers: int) -> None:
@@ -278,8 +317,8 @@ def session_table(view: str) -> str:
 def _use_session_sweeps(con) -> bool:
     have = {r[0] for r in settle(con).execute(
         "SELECT table_name FROM duckdb_tables() WHERE temporary AND list_contains(?, table_name)",
-        [[session_table(v) for v in _MATERIALIZABLE]]).fetchall()}
-    for view in _MATERIALIZABLE:
+        [[session_table(v) for v in SWEEPS]]).fetchall()}
+    for view in SWEEPS:
         if session_table(view) in have:
             con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {session_table(view)}")
     return bool(have)
@@ -308,7 +347,7 @@ def use_cache(con) -> bool:
                 _record(path, state, content_key=stored)
     except duckdb.Error:  # e.g. a canonical table dropped by hand: the live views report it
         return False
-    for view in _MATERIALIZABLE:
+    for view in SWEEPS:
         con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM _cache{view}")
     return True
 
@@ -415,14 +454,15 @@ def _restore_live(con) -> None:
             "SELECT view_name, temporary FROM duckdb_views() UNION ALL "
             "SELECT table_name, true FROM duckdb_tables() WHERE temporary").fetchall():
         (temp if is_temp else persistent).add(name)
-    for view, table in _MATERIALIZABLE.items():
+    for view in SWEEPS:
+        table = snapshot_table(view)
         if view in temp:
             con.execute(f"DROP VIEW temp.{view}")
         if table in temp:
             con.execute(f"DROP TABLE temp.{table}")
         if view not in persistent:  # read-only sessions hold the helper as a TEMP view only: made again
             obj = catalog.find(view)
-            if obj is None:  # _MATERIALIZABLE names catalog views only
+            if obj is None:  # SWEEPS names catalog views only
                 raise LookupError(f"{view} is not in the catalog")
             con.execute(obj.sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1))
 
@@ -432,7 +472,8 @@ def materialize(con) -> None:
     read stored sweeps already (``use_cache``, ``session_table``) are left so: copying them took 2.2 s at 10M
     kernels and made no query faster."""
     stored = _reading_stored_sweeps(con)
-    for view, table in _MATERIALIZABLE.items():
+    for view in SWEEPS:
+        table = snapshot_table(view)
         if view in stored:
             continue
         con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {_rows_to_store(view)}")
@@ -442,7 +483,7 @@ def materialize(con) -> None:
 def _reading_stored_sweeps(con) -> set[str]:
     """The helper views of this session that read a stored sweep (TEMP views over _cache_* or _session_* tables)."""
     rows = settle(con).execute("SELECT view_name, sql FROM duckdb_views() WHERE temporary "
-                               "AND list_contains(?, view_name)", [list(_MATERIALIZABLE)]).fetchall()
+                               "AND list_contains(?, view_name)", [list(SWEEPS)]).fetchall()
     return {v for v, sql in rows if re.search(rf"\b(_cache{v}|{session_table(v)})\b", sql or "")}
 
 

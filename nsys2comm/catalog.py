@@ -9,6 +9,11 @@ Each public object is introduced by a header comment block::
     -- @column other [key]: a key column (see below)
     CREATE ... NAME ...;
 
+A helper view that several analyses share and that is worth computing once carries ``-- @sweep per_rank`` or
+``-- @sweep cross_rank`` (optionally `` order=col,col``: the order its rows are stored in) among its header lines
+(:attr:`CatalogObject.sweep`): ``nsys2comm.cache`` stores it at ingest and snapshots it, and ``per_rank`` (its rows
+for a rank read that rank's rows only) lets ``nsys2comm.distributed`` compute it in one task per rank.
+
 A ``[key]`` mark after a column name puts the column in the object's default set for narrow terminals
 (:attr:`CatalogObject.key_columns`): the identifiers of a row first, then the figures the object exists for; never
 an epoch timestamp (``tests/test_catalog_lint.py``). A table on a terminal too narrow for every column shows the key
@@ -26,6 +31,7 @@ from functools import cache
 from pathlib import Path
 
 _HEADER = re.compile(r"^--\s*@(table|view|macro)\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_SWEEP = re.compile(r"^--\s*@sweep\s+(per_rank|cross_rank)(?:\s+order=([A-Za-z0-9_,]+))?\s*$")
 _TAG = re.compile(r"^--\s*@(param|column)\s+([A-Za-z_][A-Za-z0-9_]*)\s*(\[key\])?\s*:\s*(.*)$")
 
 
@@ -40,6 +46,8 @@ class CatalogObject:
     columns: dict[str, str] = field(default_factory=dict)
     sql: str = ""
     key_columns: list[str] = field(default_factory=list)  # the @column lines marked [key], in column order
+    sweep: str | None = None  # '-- @sweep per_rank|cross_rank': a shared helper view that cache stores/snapshots
+    sweep_order: tuple[str, ...] = ()  # its '-- @sweep ... order=a,b' columns: the order its rows are stored in
 
     @property
     def public(self) -> bool:
@@ -119,6 +127,25 @@ def _sql_files(root: Path) -> list[Path]:
     return order
 
 
+def _sweep_tag(path: Path, obj: CatalogObject, line: str) -> bool:
+    """Read a ``-- @sweep`` header line into ``obj``; False for any other line."""
+    if not re.match(r"^--\s*@sweep\b", line):
+        return False
+    sw = _SWEEP.match(line)
+    if sw is None or obj.kind != "view" or obj.sweep is not None:
+        raise ValueError(f"{path}: {obj.name}: one '-- @sweep per_rank|cross_rank [order=a,b]' line, on a view "
+                         f"only: {line!r}")
+    obj.sweep = sw.group(1)
+    obj.sweep_order = tuple(sw.group(2).split(",")) if sw.group(2) else ()
+    return True
+
+
+def _finished(obj: CatalogObject, body: list[str]) -> CatalogObject:
+    obj.sql = "\n".join(body).strip()
+    obj.description = re.sub(r"\n{3,}", "\n\n", obj.description).strip()
+    return obj
+
+
 def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:
     """Split one .sql file into its preamble and its documented objects."""
     preamble: list[str] = []
@@ -130,8 +157,7 @@ def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:
         m = _HEADER.match(line.strip())
         if m:
             if current:
-                current.sql = "\n".join(body).strip()
-                objects.append(current)
+                objects.append(_finished(current, body))
             current = CatalogObject(kind=m.group(1), name=m.group(2), area=area, path=path, description="")
             body, in_doc = [], True
             continue
@@ -140,6 +166,8 @@ def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:
             continue
         stripped = line.strip()
         if in_doc and stripped.startswith("--"):
+            if _sweep_tag(path, current, stripped):
+                continue
             t = _TAG.match(stripped)
             if t:
                 target = current.params if t.group(1) == "param" else current.columns
@@ -163,10 +191,7 @@ def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:
         in_doc = False
         body.append(line)
     if current:
-        current.sql = "\n".join(body).strip()
-        objects.append(current)
-    for o in objects:
-        o.description = re.sub(r"\n{3,}", "\n\n", o.description).strip()
+        objects.append(_finished(current, body))
     return "\n".join(preamble), objects
 
 
@@ -187,6 +212,11 @@ def public_queries() -> list[CatalogObject]:
 
 def find(name: str) -> CatalogObject | None:
     return next((o for o in load_catalog() if o.name == name), None)
+
+
+def sweeps() -> tuple[CatalogObject, ...]:
+    """The helper views tagged ``-- @sweep``, in catalog order (a sweep comes after those it reads)."""
+    return tuple(o for o in load_catalog() if o.sweep is not None)
 
 
 def sql_string(s: str) -> str:

@@ -18,6 +18,12 @@ from typing import Any
 import duckdb
 
 from . import catalog, dbtemplate
+
+# cache builds on nothing here: the connection primitives it needs (settle, held_descriptor, the sweeps' memory)
+# live there, and this module re-exports them
+from .cache import WRITER_MEMORY_LIMIT, catalog_installed, held_descriptor, use_cache
+from .cache import settle as settle
+from .cache import sweep_memory_limit as sweep_memory_limit
 from .errors import InputError
 
 SCHEMA_VERSION = 1  # bump when the canonical tables change incompatibly
@@ -40,14 +46,6 @@ def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 def memory_connection() -> duckdb.DuckDBPyConnection:
     """A scratch in-memory DuckDB (no extensions, no progress bar) for SQL over frames or Parquet views."""
     return quiet(duckdb.connect(":memory:", config=dict(_NO_EXTENSIONS)))
-
-
-def settle(con):
-    """Finish any half-read ``execute()`` result so the connection takes new work (DuckDB >= 2 refuses otherwise)."""
-    complete = getattr(con, "complete", None)
-    if complete is not None:
-        complete()
-    return con
 
 
 def _install_temp_objects(con: duckdb.DuckDBPyConnection) -> None:
@@ -73,26 +71,6 @@ def _what_is(head: bytes) -> str:
     if head.lstrip()[:1] in (b"{", b"["):
         return f"is a JSON file, not a DuckDB database ({_INGEST_IT} if it is a Kineto trace)"
     return "is not a DuckDB database"
-
-
-def held_descriptor(path: str | Path) -> int | None:
-    """A descriptor this process already holds on the file (DuckDB's, while a connection has it open), found
-    without opening the file; None where there is none or no /proc to look in.
-
-    DuckDB locks database files with POSIX record locks, and a process loses those on closing *any* descriptor of
-    the file: reading a database this process has open must go through the descriptor it holds."""
-    real = os.path.realpath(path)
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return None
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == real:
-                return int(fd)
-        except OSError:  # closed meanwhile (listdir's own descriptor)
-            continue
-    return None
 
 
 def read_head(path: str | Path, n: int) -> bytes:
@@ -161,22 +139,6 @@ def seal_read_only(con: duckdb.DuckDBPyConnection, allowed_paths: list[str] | tu
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET lock_configuration = true")
-
-
-# Writers (ingest, sql --write) hold a file's rows until its transaction commits and then run the resolution SQL:
-# bounded, they spill to a temp directory instead of growing with the trace (decoder processes run beside them).
-WRITER_MEMORY_LIMIT = "256MB"
-
-
-def sweep_memory_limit() -> str:
-    """Memory for the shared sweeps a writer stores once its files are in (``cache.refresh_cache``): the decoders
-    have finished by then, and at ``WRITER_MEMORY_LIMIT`` the sweeps over 10M kernels spill (58.8 s against 38.3 s
-    at 2 GB). An eighth of the machine's RAM, between 256 MB and 4 GB; DuckDB takes only what the sweeps need."""
-    try:
-        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): stay at the writer's limit
-        return WRITER_MEMORY_LIMIT
-    return f"{min(max(ram // 8, 256 << 20), 4 << 30) >> 20}MB"
 
 
 def _writer_temp_directory() -> str:
@@ -301,8 +263,6 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
     con = _open_waiting(path, write, config, lock_timeout_s)
     try:
         _check_is_job_db(con, path)
-        from .cache import catalog_installed, use_cache  # late: cache builds on this module
-
         if write:
             if not catalog_installed(con):
                 catalog.install(con, tables_only=not objects)  # helpers stay live: a writer never reads the cache

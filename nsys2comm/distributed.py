@@ -2,8 +2,9 @@
 ``pip install 'nsys2comm[dask]'``).
 
 Per-rank stage, one Dask task per rank partition, DuckDB SQL inside the task: the shared sweeps that read one
-rank's rows only (``PER_RANK``: the GPU timeline behind overlap_by_rank / time_breakdown_by_rank / overlap_by_step,
-and the per-communication-kernel overlap behind comm_kernels and everything built on it). Each task opens that
+rank's rows only (``PER_RANK``, the views tagged ``-- @sweep per_rank``: the GPU timeline behind overlap_by_rank /
+time_breakdown_by_rank / overlap_by_step, and the per-communication-kernel overlap behind comm_kernels and
+everything built on it). Each task opens that
 rank's parts (and its trace's ``files`` row) and returns the rows as Arrow. The driver gathers them into TEMP
 tables (``cache.session_table``) that the helper views read, as ``cache.materialize`` does, then computes the
 cross-rank matching (``_skew_ops``: clock alignment and matching need every rank) once, and every catalog query
@@ -22,11 +23,11 @@ from . import cache, jobdir
 from .db import _install_temp_objects, memory_connection
 from .errors import UsageError
 
-# cache._MATERIALIZABLE's views whose rows for a rank depend only on that rank's rows (checked by
-# tests/test_dask.py: equal to the whole-job computation); the rest is the driver's cross-rank stage
-PER_RANK = ("_overlap_step_ranges", "_overlap_gpu_timeline", "_overlap_comm_kernel_overlap", "_overlap_comm_kernels",
-            "_exposure_launches", "_exposure_producer_pick", "_exposure_gemm_coverage", "_model_op_rank_steps")
-CROSS_RANK = tuple(v for v in cache._MATERIALIZABLE if v not in PER_RANK)
+# the sweeps whose rows for a rank depend only on that rank's rows (tagged '-- @sweep per_rank' where they are
+# defined; tests/test_dask.py checks them equal to the whole-job computation); the rest is the driver's cross-rank
+# stage, in catalog order
+PER_RANK = cache.PER_RANK_SWEEPS
+CROSS_RANK = tuple(v for v in cache.SWEEPS if v not in PER_RANK)
 INSTALL_HINT = "pip install 'nsys2comm[dask]'"
 
 

@@ -99,7 +99,7 @@ def test_the_writer_computes_live_after_its_refresh(tmp_path, files):
     con = db.connect(path, write=True)
     ingest(con, files, jobs=1)
     shadows = con.execute("SELECT view_name FROM duckdb_views() WHERE temporary AND list_contains(?, view_name)",
-                          [list(cache._MATERIALIZABLE)]).fetchall()
+                          [list(cache.SWEEPS)]).fetchall()
     assert shadows == []
     con.execute("DELETE FROM kernels WHERE kernel_class = 'gemm'")
     assert analysis.run_query(con, "gemm_contention").height == 0
@@ -339,7 +339,7 @@ def test_sweep_dependencies_name_every_stored_sweep_a_sweep_reads():
     """The order of the stored sweeps (cache._store_sweeps) comes from these; each edge checked by hand against the
     catalog SQL when written (a missed one would only compute the sweep it reads again)."""
     deps = cache.sweep_dependencies()
-    assert set(deps) == set(cache._MATERIALIZABLE)
+    assert set(deps) == set(cache.SWEEPS)
     assert deps["_overlap_comm_kernels"] == {"_overlap_comm_kernel_overlap"}
     assert deps["_skew_comm_instances"] == {"_skew_ops"}
     assert deps["_exposure_kernel_evidence"] == {"_exposure_launches", "_overlap_comm_kernels", "_overlap_step_ranges",
@@ -353,7 +353,7 @@ def test_stored_order_names_documented_columns_of_stored_sweeps():
     """A sweep's storage order (a speed matter only) names columns its view documents; a renamed column fails here,
     not in every ingest."""
     for view, order in cache._STORED_ORDER.items():
-        assert view in cache._MATERIALIZABLE
+        assert view in cache.SWEEPS
         documented = catalog.find(view).columns
         assert all(c.strip() in documented for c in order.split(",")), (view, order)
 
@@ -444,9 +444,10 @@ def test_a_snapshot_of_a_session_on_stored_sweeps_reads_them_and_gives_the_same_
     assert _uses_cache(ro)
     ro.close()
     rw = db.connect(path, write=True)  # a writable session computes live: its snapshot is taken
-    cache.materialize(rw)
-    assert rw.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name LIKE '%_snapshot'"
-                      ).fetchall()[0][0] == len(cache._MATERIALIZABLE)
+    cache.materialize(rw)  # every @sweep view snapshotted, under its regular name
+    assert {r[0] for r in rw.execute("SELECT table_name FROM duckdb_tables() WHERE temporary "
+                                     "AND table_name LIKE '%_snapshot'").fetchall()} == {
+        cache.snapshot_table(v) for v in cache.SWEEPS}
     _same(_frames(rw), live)
     cache.unmaterialize(rw)
     rw.close()

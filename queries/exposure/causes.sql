@@ -36,6 +36,7 @@
 -- other ranks lands in the other causes (exposed_comm_causes.late_ranks_visible = false says so).
 
 -- @view _exposure_launches
+-- @sweep per_rank
 -- One launch call per (rank, correlation_id) of a kernel: the api_calls row with the earliest start (then the lowest
 -- call_id), e.g. the runtime call rather than the driver call it makes. Calls that launched no kernel (copies,
 -- synchronisations, event records: half of a Kineto trace's runtime calls) are left out: every reader looks up
@@ -55,6 +56,7 @@ WHERE correlation_id IS NOT NULL
 QUALIFY row_number() OVER (PARTITION BY rank, correlation_id ORDER BY start_ns, call_id) = 1;
 
 -- @view _exposure_kernel_evidence
+-- @sweep cross_rank
 -- The evidence behind the attribution, one row per communication kernel with exposed time: everything
 -- exposed_comm_by_kernel decides on that does not depend on its right_after_ns. A view, so that ingest stores it
 -- with the other shared sweeps (nsys2comm.cache): its lookups over every kernel of the job (the computation union

@@ -18,6 +18,7 @@
 -- lost_ns = Σ over the overlapped samples of (duration − median_alone).
 
 -- @view _exposure_gemm_coverage
+-- @sweep per_rank
 -- Every GEMM kernel (kernel_class 'gemm', positive duration) with its shape, how much of it ran while communication
 -- ran on its rank (intervals_covered_ns of the kernel by the union of the rank's communication kernels) and the
 -- step of its rank that holds its start. A view, so that ingest stores it with the other shared sweeps

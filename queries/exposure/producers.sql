@@ -8,6 +8,7 @@
 -- several share it, e.g. a runtime call and the driver call inside it). All look-ups are ASOF joins.
 
 -- @view _exposure_producer_pick
+-- @sweep per_rank order=rank,comm_start_ns,kernel_id
 -- The producer GEMM of every communication kernel, by the rules of producer_links, with the communication
 -- kernel's columns that producer_links shows (from comm_kernels). A view, so that ingest stores it with the other
 -- shared sweeps (nsys2comm.cache): its two windows and two ASOF joins over every GEMM, and then the join back to
@@ -143,6 +144,7 @@ FROM _exposure_producer_rows()
 ORDER BY rank, comm_start_ns, comm_kernel_id;
 
 -- @view _exposure_gemm_slowdown
+-- @sweep cross_rank
 -- The GEMM slowdowns serialised_pairs charges its pairs: gemm_contention() with its default thresholds, the
 -- columns it reads. A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): measuring
 -- every GEMM again took a quarter of serialised_pairs.

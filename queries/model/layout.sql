@@ -138,6 +138,7 @@ FROM l JOIN pr ON pr.rank = l.rank AND l.t >= pr.start_ns AND l.t < pr.end_ns
 QUALIFY row_number() OVER (PARTITION BY l.kernel_id ORDER BY pr.start_ns DESC, pr.end_ns, pr.phase) = 1;
 
 -- @view _model_group_records
+-- @sweep cross_rank
 -- Every communication operation (comm_ops) and every declared process group (process_groups) with the group it
 -- belongs to: group_key = pg_name and the group's member ranks when recorded (on the record itself, or on another
 -- record of the same pg_name that lists the rank), else pg_name and '?' (members: the ranks seen using it);
@@ -184,6 +185,7 @@ LEFT JOIN _model_op_phases ph ON ph.kernel_id = r.kernel_id
 QUALIFY row_number() OVER (PARTITION BY r.rec_id ORDER BY len(k.rec_members), array_to_string(k.rec_members, ',')) = 1;
 
 -- @view _model_groups
+-- @sweep cross_rank
 -- One row per group (_model_group_records.group_key) with its members, degree, traffic and name-given kind. A
 -- view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): parallel_layout,
 -- parallel_degrees and volume_check each aggregated every operation's group record for it, volume_check twice.

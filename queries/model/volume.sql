@@ -14,6 +14,7 @@
 -- operations outside every step of a job with steps are left out.
 
 -- @view _model_op_rank_steps
+-- @sweep per_rank
 -- Step of its rank of every communication operation: the ordinal of the step (_overlap_steps) of its rank whose CPU
 -- range holds the operation's launch call (_exposure_launches: same rank and correlation id), or its kernel start
 -- when no launch call is known; NULL when no step of the rank holds it. A view, so that ingest stores it with the

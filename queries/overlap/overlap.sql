@@ -21,6 +21,7 @@ CREATE OR REPLACE MACRO _overlap_computation_open(c) AS (c & (_overlap_gemm_one(
 CREATE OR REPLACE MACRO _overlap_gemm_open(c) AS (c >> 32) > 0;
 
 -- @view _overlap_comm_kernel_overlap
+-- @sweep per_rank
 -- Per communication kernel: the union length of computation (gemm, convolution, attention, compute) and of gemm kernels on the
 -- same rank within [start_ns, end_ns) (ns, may be negative for empty kernels: comm_kernels clips). One sorted sweep
 -- per rank, no range join: computation kernels give +/- events, each communication kernel's start and end are
@@ -115,6 +116,7 @@ CREATE OR REPLACE MACRO _overlap_comm_channels(short_name, grid_x) AS
             AND grid_x > 0 THEN grid_x END::INTEGER;
 
 -- @view _overlap_comm_kernels
+-- @sweep per_rank order=rank,start_ns,kernel_id
 -- comm_kernels' rows, unordered, for the analyses that join or aggregate them: a macro's ORDER BY is kept
 -- inside the queries that read it (a sort of every communication kernel). A view, so that ingest stores it with
 -- the other shared sweeps (nsys2comm.cache): joining every communication kernel with its overlap and its comm_ops

@@ -13,6 +13,7 @@
 -- ts, and each event belongs to the last step started (running max of the step ordinal, same window).
 
 -- @view _overlap_step_ranges
+-- @sweep per_rank
 -- Iteration ranges per rank: Kineto ProfilerStep#N user annotations (cpu_ranges kind 'user_annotation'), else
 -- NVTX ranges named like an iteration ('ProfilerStep#N', 'step N', 'iteration N', 'iter N', 'train_step N').
 -- Steps are assumed sequential on a rank; unfinished ranges are ignored. Unordered; read it through
@@ -245,6 +246,7 @@ FROM span FULL JOIN neg ON neg.rank = span.rank
 ORDER BY rank, step_ord NULLS FIRST, state;
 
 -- @view _overlap_gpu_timeline
+-- @sweep per_rank
 -- _overlap_gpu_state_ns in default mode. The public overlap objects read it, so a caller that runs several of them can
 -- materialize it once (nsys2comm.analysis.materialize replaces it by a TEMP view over a snapshot table).
 -- @column compat: 'none'.

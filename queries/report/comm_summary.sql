@@ -23,6 +23,7 @@ GROUP BY collective
 ORDER BY comm_ns DESC, collective;
 
 -- @view _report_comm_kernel_groups
+-- @sweep cross_rank
 -- top_comm_kernels' groups, all of them and unordered: every communication kernel grouped by base name and
 -- collective. A view, so that ingest stores it with the other shared sweeps (nsys2comm.cache): looking up every
 -- communication kernel's full name among all kernels was most of top_comm_kernels.

@@ -52,6 +52,7 @@ CREATE OR REPLACE MACRO _skew_same_size_everywhere(collective) AS
   collective IN ('all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'reduce');
 
 -- @view _skew_comm_keys
+-- @sweep cross_rank
 -- Communication kernels with the instance key they are matched by (this file's header), on raw (per-host) clocks.
 -- @column match_rule: 'pg_seq', 'group_order', 'rank_order' or 'p2p_pair'.
 -- @column instance_key: Key shared by the same operation on every rank.
@@ -157,6 +158,7 @@ FROM hosts LEFT JOIN est USING (h)
 ORDER BY is_reference DESC, host NULLS FIRST;
 
 -- @view _skew_ops
+-- @sweep cross_rank
 -- Matched communication kernels (_skew_comm_keys) on the reference clock: times minus their host's offset.
 -- @column match_rule: 'pg_seq', 'group_order', 'rank_order' or 'p2p_pair'.
 -- @column instance_key: Key shared by the same operation on every rank.
@@ -183,6 +185,7 @@ SELECT c.match_rule, c.instance_key, c.kernel_id, c.rank, c.collective, c.pg_nam
 FROM _skew_comm_keys c LEFT JOIN off USING (rank);
 
 -- @view _skew_comm_instances
+-- @sweep cross_rank
 -- One row per matched instance (collective or p2p) with its self-checks, transfer time and waits (definitions in
 -- this file's header). transfer_ns is given only for an instance seen on every rank of its group whose ranks agree
 -- (transfer_source 'matched'); otherwise it is NULL and transfer_source says why. A single-rank job never matches:
