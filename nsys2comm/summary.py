@@ -295,7 +295,7 @@ def _overlap(s: dict, res: Results, missing: list[str]) -> None:
         if worst is not None and worst.height:
             s["worst_rank"] = int(worst["rank"][0])
             s["worst_rank_exposed_comm_pct"] = worst["exposed_busy_pct"][0]
-    if _overview_sum(res, "n_kernels") == 0:
+    if _overview_sum(res, "n_kernels") == 0 and not s["gpu_busy_ns"]:
         for key in ("gpu_busy_ns", "comm_ns", "exposed_comm_ns"):  # nothing measured on a GPU: not a measured 0
             s[key] = None
             not_available(s, key, "the job has no GPU kernels")
