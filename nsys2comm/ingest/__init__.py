@@ -524,7 +524,9 @@ def _decode_whole(paths: list[str], options: ReadOptions) -> _Decoded:
 
 def _is_small(path: Path, mod, options: ReadOptions) -> bool:
     try:
-        return path.stat().st_size <= SMALL_FILE_BYTES and mod.decoder_processes(path, options) == 0
+        # a compressed file's size says nothing of what it expands to: it streams through the decoder instead
+        return (path.stat().st_size <= SMALL_FILE_BYTES and not path.name.endswith(".gz")
+                and mod.decoder_processes(path, options) == 0)
     except (OSError, AttributeError):
         return False
 
