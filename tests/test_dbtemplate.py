@@ -27,6 +27,26 @@ def _definitions(path: Path) -> str:
         con.close()
 
 
+def _tamper_with_the_template() -> None:
+    """Edit the template by hand: a macro that no longer matches the package's catalog."""
+    tpl = duckdb.connect(str(dbtemplate.template_path()))
+    tpl.execute("CREATE OR REPLACE MACRO canonical_collective(x) AS 'broadcast'")
+    tpl.close()
+
+
+def _assert_the_real_catalog(con) -> None:
+    assert con.execute("SELECT canonical_collective('ncclDevKernel_AllReduce_Sum_f32_RING_LL')").fetchall()[0][0] \
+        != "broadcast"
+
+
+def _unwritable_cache(tmp_path, monkeypatch) -> None:
+    """Point the cache directory below a file, where nothing can be created."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(blocker / "cache"))
+
+
+
 def test_a_new_database_is_the_template_copy_and_holds_the_installed_catalog(tmp_path, cache_dir):
     con = db.connect(tmp_path / "job.duckdb", write=True, objects=False)
     assert catalog.is_installed(con)  # objects=False would have given the tables alone
@@ -66,20 +86,15 @@ def test_ingest_into_a_template_copy_gives_the_same_rows_as_without(tmp_path, ca
 
 def test_a_template_changed_by_hand_is_not_trusted(tmp_path, cache_dir):
     db.connect(tmp_path / "first.duckdb", write=True).close()  # builds the template
-    tpl = duckdb.connect(str(dbtemplate.template_path()))
-    tpl.execute("CREATE OR REPLACE MACRO canonical_collective(x) AS 'broadcast'")
-    tpl.close()
+    _tamper_with_the_template()
     con = db.connect(tmp_path / "job.duckdb", write=True)
     assert catalog.is_installed(con)  # reinstalled over the copy
-    assert con.execute("SELECT canonical_collective('ncclDevKernel_AllReduce_Sum_f32_RING_LL')").fetchall()[0][0] \
-        != "broadcast"
+    _assert_the_real_catalog(con)
     con.close()
 
 
 def test_without_a_writable_cache_the_database_is_installed_in_place(tmp_path, monkeypatch):
-    blocker = tmp_path / "not-a-dir"
-    blocker.write_text("x")
-    monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(blocker / "cache"))
+    _unwritable_cache(tmp_path, monkeypatch)
     assert not dbtemplate.create(tmp_path / "a.duckdb", {})
     assert not (tmp_path / "a.duckdb").exists()
     con = db.connect(tmp_path / "job.duckdb", write=True)
@@ -187,23 +202,18 @@ def test_an_in_memory_job_is_a_template_copy_with_the_installed_catalog(tmp_path
 def test_an_in_memory_job_does_not_trust_a_template_changed_by_hand(tmp_path, cache_dir):
     db.ensure_template()
     assert dbtemplate.memory_copy({}) is not None  # checked once, trusted for this file state
-    tpl = duckdb.connect(str(dbtemplate.template_path()))
-    tpl.execute("CREATE OR REPLACE MACRO canonical_collective(x) AS 'broadcast'")
-    tpl.close()
+    _tamper_with_the_template()
     assert dbtemplate.memory_copy({}) is None  # a new file state: checked again, and refused
     assert dbtemplate.memory_copy({}) is None  # and remembered
     con = db.connect(None)  # installed instead
     assert catalog.is_installed(con)
-    assert con.execute("SELECT canonical_collective('ncclDevKernel_AllReduce_Sum_f32_RING_LL')").fetchall()[0][0] \
-        != "broadcast"
+    _assert_the_real_catalog(con)
     con.close()
 
 
 # tier 2: no writable cache directory: the in-memory job installs the catalog
 def test_without_a_writable_cache_an_in_memory_job_installs_the_catalog(tmp_path, monkeypatch):
-    blocker = tmp_path / "not-a-dir"
-    blocker.write_text("x")
-    monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(blocker / "cache"))
+    _unwritable_cache(tmp_path, monkeypatch)
     assert dbtemplate.memory_copy({}) is None
     con = db.memory_job()
     assert catalog.is_installed(con) and not db.take_fresh_copy(con)

@@ -28,29 +28,7 @@ def insert_batch(con, file_id: int, batch: Batch, names: set[str] | None = None)
             con.execute(f"UPDATE files SET {sets} WHERE file_id = ?",
                         [row[c] for c in _FILE_COLUMNS if c in row] + [file_id])
         return
-    if batch.table == "ranks":
-        _check_rank_collisions(con, data)
-    exprs = [f"{file_id}::INTEGER AS file_id"]
-    cols = set(data.column_names)
-    idc = ID_COLUMNS.get(batch.table)
-    excl = ["file_id"] if "file_id" in cols else []
-    if idc and idc in cols:
-        exprs.append(f"({file_id}::BIGINT << {ID_SHIFT}) + {idc} AS {idc}")
-        excl.append(idc)
-    src = "_batch"
-    if batch.table == "kernels":
-        # one naming rule for every source, so identical kernels get identical rows
-        _classify_new_names(con, data, names)
-        derived = [c for c in ("kernel_class", "short_name") if c in cols]
-        keep = f"b.* EXCLUDE ({', '.join(derived)})" if derived else "b.*"
-        src = (f"(SELECT {keep}, n.kernel_class, n.short_name FROM _batch b JOIN _ingest_kernel_names n "
-               "USING (name))")
-    exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
-    # DuckDB reads _batch from this frame's locals (its replacement scan), not from con.register: a view registered
-    # and dropped inside the file's transaction keeps its Arrow table alive until the commit, so the writer held
-    # every batch of the file at once (main-process memory grew with the file).
-    _batch = data
-    con.execute(f"INSERT INTO {batch.table} BY NAME SELECT *{exclude}, {', '.join(exprs)} FROM {src}")
+    _insert(con, batch.table, data, names, file_id)
 
 
 def insert_files(con, meta: list[dict], tables: dict[str, list[pa.Table]], names: set[str] | None = None) -> None:
@@ -69,32 +47,43 @@ def insert_files(con, meta: list[dict], tables: dict[str, list[pa.Table]], names
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # optional columns of different types: part by part
             joined = parts
         for data in joined:
-            if data.num_rows:
-                _insert(con, table, data, names)
+            if not data.num_rows:
+                continue
+            if table == "ranks":
+                wanted = [r for r in data.column("rank").to_pylist() if r is not None]
+                if len(wanted) != len(set(wanted)):
+                    raise InputError("two files of one batch claim one rank")  # the writer retries them one by one
+            _insert(con, table, data, names)
 
 
-def _insert(con, table: str, data: pa.Table, names: set[str] | None) -> None:
-    """``insert_batch`` for rows that carry their file_id."""
+def _insert(con, table: str, data: pa.Table, names: set[str] | None, file_id: int | None = None) -> None:
+    """One INSERT of ``data`` into ``table``: ids made job-unique (file_id << ID_SHIFT), kernel short names and
+    classes derived. ``file_id``: the file every row belongs to, or None when the rows carry their own."""
     if table == "ranks":
         _check_rank_collisions(con, data)
-        wanted = [r for r in data.column("rank").to_pylist() if r is not None]
-        if len(wanted) != len(set(wanted)):
-            raise InputError("two files of one batch claim one rank")  # the writer retries them one by one
     cols = set(data.column_names)
     idc = ID_COLUMNS.get(table)
     exprs, excl = [], []
+    if file_id is not None:
+        exprs.append(f"{file_id}::INTEGER AS file_id")
+        excl += ["file_id"] if "file_id" in cols else []
+    fid = "file_id" if file_id is None else str(file_id)
     if idc and idc in cols:
-        exprs.append(f"(file_id::BIGINT << {ID_SHIFT}) + {idc} AS {idc}")
+        exprs.append(f"({fid}::BIGINT << {ID_SHIFT}) + {idc} AS {idc}")
         excl.append(idc)
     src = "_batch"
     if table == "kernels":
+        # one naming rule for every source, so identical kernels get identical rows
         _classify_new_names(con, data, names)
         derived = [c for c in ("kernel_class", "short_name") if c in cols]
         keep = f"b.* EXCLUDE ({', '.join(derived)})" if derived else "b.*"
         src = (f"(SELECT {keep}, n.kernel_class, n.short_name FROM _batch b JOIN _ingest_kernel_names n "
                "USING (name))")
     exclude = f" EXCLUDE ({', '.join(excl)})" if excl else ""
-    _batch = data  # read by DuckDB's replacement scan (see insert_batch)
+    # DuckDB reads _batch from this frame's locals (its replacement scan), not from con.register: a view registered
+    # and dropped inside the file's transaction keeps its Arrow table alive until the commit, so the writer held
+    # every batch of the file at once (main-process memory grew with the file).
+    _batch = data
     extra = f", {', '.join(exprs)}" if exprs else ""
     con.execute(f"INSERT INTO {table} BY NAME SELECT *{exclude}{extra} FROM {src}")
 
