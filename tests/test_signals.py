@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from nsys2comm.ingest.base import mp_temp_base
+
 # tier: subprocess (every test here signals a running nsys2comm process)
 pytestmark = [pytest.mark.subprocess,
               pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")]
@@ -125,7 +127,7 @@ def test_process_group_sigkill_leaves_nothing_after_the_next_invocation(traces, 
     proc.communicate(timeout=10)
     assert _wait_gone(pid, 5) == []
     sems = list(Path("/dev/shm").glob(f"sem.nsys2comm-mp-{pid}-*")) if Path("/dev/shm").is_dir() else []
-    dirs = list(tmp_path.glob(f"nsys2comm-mp-{pid}"))
+    dirs = list(Path(mp_temp_base(str(tmp_path))).glob(f"nsys2comm-mp-{pid}"))
     assert dirs, "the pool's temp directory is named after its process"
     assert not list(tmp_path.glob("pymp-*"))
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -134,3 +136,22 @@ def test_process_group_sigkill_leaves_nothing_after_the_next_invocation(traces, 
     assert r.returncode == 0, r.stderr
     assert not any(p.exists() for p in sems + dirs)
     assert not list(tmp_path.glob(f"nsys2comm-spool-{pid}-*"))
+
+
+def test_a_deep_tmpdir_still_starts_the_pool(traces, tmp_path):
+    """A TMPDIR too deep for the forkserver's AF_UNIX socket (sun_path is 108 bytes) must not stop an ingest: the
+    pools' directory moves to a short system temp directory, and nothing is left there."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    assert mp_temp_base(str(deep)) != str(deep)
+    proc, _ = _start(traces, deep)
+    pid = proc.pid
+    os.killpg(pid, signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert _wait_gone(pid, 5) == []
+    assert not list(Path(mp_temp_base(str(deep))).glob(f"nsys2comm-mp-{pid}"))
+
+
+def test_a_short_tmpdir_is_kept():
+    # tier: 2
+    assert mp_temp_base("/tmp") == "/tmp"

@@ -174,10 +174,26 @@ def _own_mp_names() -> None:
         return
     remove_dead_leftovers()
     cfg["semprefix"] = f"/{MP_PREFIX}{pid}"
-    tmp = os.path.join(tempfile.gettempdir(), f"{MP_PREFIX}{pid}")
+    tmp = os.path.join(mp_temp_base(tempfile.gettempdir()), f"{MP_PREFIX}{pid}")
     os.makedirs(tmp, exist_ok=True)
     cfg["tempdir"] = tmp  # multiprocessing then makes no pymp-* directory of its own, and removes none: we do
     atexit.register(shutil.rmtree, tmp, True)
+
+
+# The forkserver listens on <tempdir>/listener-XXXXXXXX; sun_path holds 108 bytes on Linux (104 on macOS)
+_SOCKET_PATH_MAX = 104
+_SOCKET_TAIL = len(f"/{MP_PREFIX}4194304/listener-xxxxxxxx")
+
+
+def mp_temp_base(tempdir: str) -> str:
+    """Where the pools' temp directory goes: ``tempdir``, unless its socket path would not fit in an AF_UNIX
+    address (a deep TMPDIR, as batch systems and pytest make), then the first short system temp directory."""
+    if len(os.fsencode(tempdir)) + _SOCKET_TAIL < _SOCKET_PATH_MAX:
+        return tempdir
+    for short in ("/tmp", "/var/tmp", "/dev/shm"):
+        if os.path.isdir(short) and os.access(short, os.W_OK | os.X_OK):
+            return short
+    return tempdir  # nothing shorter: multiprocessing's own error then names the problem
 
 
 def remove_dead_leftovers() -> list[str]:
@@ -187,7 +203,10 @@ def remove_dead_leftovers() -> list[str]:
     from pathlib import Path
 
     removed = []
-    places = [(Path("/dev/shm"), "sem." + MP_PREFIX), (Path(tempfile.gettempdir()), MP_PREFIX)]
+    tmp = tempfile.gettempdir()
+    places = [(Path("/dev/shm"), "sem." + MP_PREFIX), (Path(tmp), MP_PREFIX)]
+    if mp_temp_base(tmp) != tmp:
+        places.append((Path(mp_temp_base(tmp)), MP_PREFIX))
     for where, prefix in places:
         try:
             entries = list(where.glob(prefix + "*"))
