@@ -38,6 +38,9 @@ _KIND = {
     "user_annotation": 6,
     "gpu_user_annotation": 7,
     "cpu_op": 8, "Operator": 8,
+    # with_stack=True: Python frames (PyTorch's Python tracer), args {"Python id", "Python parent id"[, "Python
+    # thread", "Python module id"]}; kept as ranges without args (the host ops behind host-bound lateness)
+    "python_function": 9,
 }
 # CPU ops that may describe a collective (kineto_comm_ops.sql): c10d ops, functional collectives (their group_size
 # argument) and SymmetricMemory ops (the input of a multimem/one-shot/two-shot all-reduce kernel)
@@ -219,6 +222,12 @@ class _State:
                     continue
                 if min_ts is None or t < min_ts:
                     min_ts = t
+                if kind == 9:  # a Python frame: name and interval only (millions with with_stack: no args read)
+                    rid = nid["cpu_ranges"]
+                    nid["cpu_ranges"] = rid + 1
+                    C((rid, rank, _int_or_none(e.pid), _int_or_none(e.tid), start, end, name, "python_function",
+                       None, None))
+                    continue
                 a = e.args
                 if a.__class__ is Raw:  # a kept event's raw args (not decoded in the fast pass)
                     if len(a) <= 4:  # null, {}
@@ -277,7 +286,7 @@ class _State:
                     na += 1
                     if kind == 5:
                         self.driver = True
-                else:  # 6 user_annotation, 7 gpu_user_annotation, 8 cpu_op
+                else:  # 6 user_annotation, 7 gpu_user_annotation, 8 cpu_op (9 python_function: above)
                     if kind == 8:
                         ckind = "cpu_op" if not name.startswith("ProfilerStep") else "user_annotation"
                         args_json = self._args_json(a)

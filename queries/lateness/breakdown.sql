@@ -20,7 +20,7 @@
 -- gap that a kernel ends (idle with a kernel after it); 4 gaps before kernels whose launch is unknown; 5 compute and
 -- the transfer part of matched collectives (a consistent instance's kernels from its latest arrival to their end);
 -- 6 communication kernels. The first gap of a rank starts at its first recorded activity (kernel, API call or CPU
--- range).
+-- range other than a Python frame: with_stack records the frames open when the profiler started as starting then).
 -- @param epsilon_ns: Launch latency allowance (ns).
 -- @column grp: rank * 8 + piece.
 -- @column rank: Rank.
@@ -37,7 +37,8 @@ WITH kk AS (
   SELECT rank, min(t) AS f FROM (
     SELECT rank, min(start_ns) AS t FROM kernels GROUP BY rank
     UNION ALL SELECT rank, min(start_ns) FROM api_calls GROUP BY rank
-    UNION ALL SELECT rank, min(start_ns) FROM cpu_ranges GROUP BY rank) GROUP BY rank
+    UNION ALL SELECT rank, min(start_ns) FROM cpu_ranges WHERE kind <> 'python_function' GROUP BY rank)
+  GROUP BY rank
 ), isl AS (SELECT * FROM intervals_union('kall')
 ), gaps AS (
   SELECT i.grp AS rank, least(coalesce(lag(i.end_ns) OVER (PARTITION BY i.grp ORDER BY i.start_ns), fl.f), i.start_ns)

@@ -73,7 +73,7 @@ CREATE OR REPLACE MACRO _lateness_min_score() AS 0.9;
 CREATE OR REPLACE MACRO iterations(min_score := _lateness_min_score(), marker := '', use_markers := true) AS TABLE
 WITH um AS (  -- the user's marker ranges: outermost ones (not starting inside an earlier one on the rank)
   SELECT rank, name, start_ns, end_ns FROM cpu_ranges
-  WHERE coalesce(marker, '') <> '' AND end_ns IS NOT NULL AND end_ns >= start_ns
+  WHERE coalesce(marker, '') <> '' AND end_ns IS NOT NULL AND end_ns >= start_ns AND kind <> 'python_function'
     AND (name = marker OR (starts_with(name, marker)
                            AND regexp_matches(substr(name, length(marker) + 1), '^[ _#:]*[0-9]+$')))
   QUALIFY coalesce(start_ns >= max(end_ns) OVER (PARTITION BY rank ORDER BY start_ns, end_ns DESC, range_id

@@ -118,8 +118,10 @@ CREATE OR REPLACE MACRO _model_phase_of(n) AS
 -- @view _model_op_phases
 -- Phase of every communication operation whose launch call is known: the phase (_model_phase_of) of the innermost
 -- CPU range of its rank (latest start, then earliest end) that encloses the start of its launch call
--- (_exposure_launches) and marks a phase. Ranges of any thread count: CUDA backward runs on autograd's device
--- threads while the main thread sits in the range around loss.backward(). Operations without a launch call or an
+-- (_exposure_launches) and marks a phase. Python frames (kind 'python_function') are not phase ranges: their
+-- names are source locations whose function names ('forward' of a module recomputed under backward) do not say the
+-- phase, and autograd's and the profiler's own ranges already do. Ranges of any thread count: CUDA backward runs on
+-- autograd's device threads while the main thread sits in the range around loss.backward(). Operations without a launch call or an
 -- enclosing phase range have no row.
 -- @column kernel_id: Communication kernel (comm_ops.kernel_id).
 -- @column phase: 'forward', 'backward' or 'optimizer'.
@@ -127,7 +129,8 @@ CREATE OR REPLACE VIEW _model_op_phases AS
 WITH pr AS (
   SELECT rank, start_ns, end_ns, _model_phase_of(name) AS phase
   FROM cpu_ranges
-  WHERE kind <> 'gpu_user_annotation' AND end_ns IS NOT NULL AND _model_phase_of(name) IS NOT NULL
+  WHERE kind NOT IN ('gpu_user_annotation', 'python_function') AND end_ns IS NOT NULL
+    AND _model_phase_of(name) IS NOT NULL
 ), l AS (
   SELECT o.kernel_id, o.rank, la.launch_start_ns AS t
   FROM comm_ops o JOIN kernels k USING (kernel_id)
