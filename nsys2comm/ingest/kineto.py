@@ -5,8 +5,8 @@ Three stages, one module each:
    msgspec into typed Structs that name only the keys nsys2comm needs;
 2. kineto_rows: canonical rows are kept: kernels, mem_ops, api_calls (runtime/driver calls with a correlation
    id), cpu_ranges (user annotations incl. ProfilerStep#N, GPU user annotations, and the communication CPU ops:
-   record_param_comms, c10d::*, nccl:*, gloo:*); communication kernels' args are staged as cpu_ranges of kind
-   '_kernel_args';
+   record_param_comms, c10d::*, nccl:*, gloo:*; the matrix-multiply ops; with_stack's python_function frames,
+   name and interval only); communication kernels' args are staged as cpu_ranges of kind '_kernel_args';
 3. kineto_resolve (``finalize``): in the job DB, the file's rows move onto the job timeline and every
    communication kernel is resolved into comm_ops (queries/ingest/kineto_comm_ops.sql).
 This module reads the file: blocks in parallel, the header/trailer (distributedInfo, baseTimeNanoseconds), ranks.

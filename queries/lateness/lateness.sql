@@ -238,8 +238,9 @@ ORDER BY first_start_ns, instance_key;
 -- with host_share_ns > 0, the CPU ops on the thread that launched L's collective kernel (late_launch_tid) during L's
 -- segment, by self time, the top_n per instance. Ops: cpu_ranges of kind 'cpu_op', 'python_function',
 -- 'user_annotation' (Kineto) and 'nvtx', and the thread's CUDA API calls (op_kind 'cuda_api'); what the importer
--- keeps of them (the Kineto importer keeps communication and matrix-multiply cpu_ops and user annotations; it does
--- not store python_function events yet, so none are listed from Kineto traces today). Self time =
+-- keeps of them (the Kineto importer keeps communication and matrix-multiply cpu_ops, user annotations and every
+-- python_function frame of a with_stack trace; a frame's self time therefore includes the cpu_ops it calls that
+-- the importer drops, such as aten::add). Self time =
 -- duration − the summed durations of the ops directly nested in it (depth + 1 on the thread, starting inside it):
 -- nesting depth from a sweep over starts and ends, children's durations from prefix sums per depth (ASOF lookups),
 -- so no op is compared with every other. An op is in a window when it starts inside it (an ASOF lookup of the

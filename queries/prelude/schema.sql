@@ -145,8 +145,8 @@ CREATE TABLE IF NOT EXISTS mem_ops (
 
 -- @table cpu_ranges
 -- CPU-side (and GPU-projected) named ranges: NVTX push/pop and start/end ranges, Kineto user annotations
--- (including ProfilerStep#N), GPU user annotations, and the communication CPU ops (record_param_comms,
--- c10d::*, nccl:*) that the communication fallbacks need.
+-- (including ProfilerStep#N), GPU user annotations, the communication CPU ops (record_param_comms,
+-- c10d::*, nccl:*) that the communication fallbacks need, matrix-multiply CPU ops, and Python frames.
 -- @column range_id: Job-unique id.
 -- @column file_id: Source file.
 -- @column rank: Rank of the process.
@@ -155,7 +155,8 @@ CREATE TABLE IF NOT EXISTS mem_ops (
 -- @column start_ns: Start on the job timeline (ns).
 -- @column end_ns: End on the job timeline (ns); NULL for an unfinished range.
 -- @column name: Range name (NVTX message or event name).
--- @column kind: 'nvtx', 'user_annotation', 'gpu_user_annotation' or 'cpu_op'.
+-- @column kind: 'nvtx', 'user_annotation', 'gpu_user_annotation', 'cpu_op' or 'python_function' (Kineto with_stack
+-- Python frames: name, thread and interval only, args NULL).
 -- @column domain: NVTX domain name (e.g. 'NCCL'); NULL for the default domain and for Kineto.
 -- @column device_id: Device for GPU-side ranges, else NULL.
 -- @column args: Selected arguments as JSON (Kineto collective args under their current names: older spellings such as 'In msg size' or 'external id' are renamed; decoded NCCL payload fields), else NULL.
