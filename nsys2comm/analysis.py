@@ -1,6 +1,6 @@
 """Run the documented SQL analyses (queries/<area>/*.sql) from Python.
 
-The shared sweeps behind several analyses (snapshots, stored cache) are nsys2comm.cache's.
+The shared sweeps behind several analyses (snapshots, stored cache) are nsys2comm.storage.sweeps's.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from . import catalog
-from .db import settle
 from .errors import HelperNotRunnable, UnknownQuery, UsageError
+from .storage import settle
 
 if TYPE_CHECKING:  # imported where rows are made (rows_frame)
     import polars as pl

@@ -8,7 +8,7 @@
     >>> job.report("report.html")
 
 A *source* is either a job database (a ``.duckdb`` file made by ``nsys2comm ingest``), a Parquet job directory
-(``nsys2comm ingest --out DIR``, :mod:`nsys2comm.jobdir`) or trace files, directories or globs; traces are
+(``nsys2comm ingest --out DIR``, :mod:`nsys2comm.storage.jobdir`) or trace files, directories or globs; traces are
 ingested into a temporary in-memory database (:meth:`Job.open`).
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .db import DUCKDB_MAGIC, connect, read_head, seal_read_only, settle
 from .errors import InputError, UsageError
+from .storage import DUCKDB_MAGIC, connect, read_head, seal_read_only, settle
 
 if TYPE_CHECKING:  # imported where rows are made: commands that make none (ingest) start sooner
     import polars as pl
@@ -48,7 +48,7 @@ def is_database(path: str | Path) -> bool:
 
 def is_job_dir(path: str | Path) -> bool:
     """True for a Parquet job directory written by ``nsys2comm ingest --out DIR``."""
-    from .jobdir import is_job_dir as _is
+    from .storage import is_job_dir as _is
 
     return _is(path)
 
@@ -86,24 +86,14 @@ def parse_params(pairs: Sequence[str] | None) -> dict[str, Any]:
 
 def run_query(con, name: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
     """Run a documented catalog object by name with named parameters (validated once, in
-    :func:`nsys2comm.analysis.run_query`); returns a polars DataFrame."""
-    from .analysis import run_query as _run
+    :func:`nsys2comm.analysis.run_query`) through the results layer's runner (:func:`nsys2comm.results.run_one`,
+    a batch of one: no snapshot to pay for); returns a polars DataFrame, or raises what the query raised."""
+    from .results import Request, Results, run_one
 
-    return _run(settle(con), name, params or {})
-
-
-# catalog query -> chart function in nsys2comm.report.charts (each takes the query's DataFrame)
-CHARTS = {
-    "time_breakdown_by_rank": "time_breakdown_chart",
-    "overlap_by_rank": "overlap_by_rank_chart",
-    "comm_overlap_by_collective": "overlap_by_collective_chart",
-    "msg_size_histogram": "msg_size_histogram_chart",
-    "collective_bandwidth": "busbw_chart",
-    "p2p_latency_by_size": "p2p_latency_chart",
-    "collective_skew": "skew_heatmap_chart",
-    "rank_wait": "straggler_chart",
-    "step_timeline": "step_timeline_chart",
-}
+    out = Results()
+    run_one(con, Request(name, dict(params or {})), out)
+    out.raise_failure(name)
+    return out.frames[name]
 
 
 def _no_rows() -> pl.DataFrame:
@@ -120,7 +110,7 @@ class Job:
         self.path = path  # None: in-memory
         self.read_only = read_only
         self.results = results or []  # FileResult per trace when the job was built by ingest
-        self.stages: dict = {}  # seconds per stage of a Dask open (distributed.gather)
+        self.stages: dict = {}  # seconds per stage of a Dask open (storage.dask_gather)
 
     # -- opening ------------------------------------------------------------------------------------------------
     @classmethod
@@ -134,7 +124,7 @@ class Job:
         (default) opens a database read-only, so several readers can share it while nothing can change it.
         For a Parquet job directory, ``scheduler`` (a Dask scheduler address or ``distributed.Client``) or
         ``dask_local=N`` (a local cluster of N worker processes) runs the per-rank stage on Dask
-        (:mod:`nsys2comm.distributed`); ``job.stages`` then holds the seconds per stage.
+        (:mod:`nsys2comm.storage.dask_stage`); ``job.stages`` then holds the seconds per stage.
         ``keep_going`` (trace sources only) skips traces that cannot be read: ``job.failed`` lists them.
         """
         sources = [source] if isinstance(source, (str, Path)) else list(source or [])
@@ -158,16 +148,16 @@ class Job:
 
     @classmethod
     def _open_dir(cls, path: str, *, write: bool, scheduler, dask_local: int | None) -> Job:
-        from . import jobdir
+        from .storage import jobdir
 
         stages: dict = {}
         gather = None
         if scheduler is not None or dask_local is not None:
-            from . import distributed
+            from .storage import dask_client, dask_gather
 
             def gather(con, snap):
-                with distributed.client(scheduler, dask_local) as c:
-                    stages.update(distributed.gather(con, snap, c))
+                with dask_client(scheduler, dask_local) as c:
+                    stages.update(dask_gather(con, snap, c))
 
         job = cls(jobdir.connect(path, write=write, gather=gather), path=path, read_only=True)
         job.stages = stages
@@ -307,17 +297,33 @@ class Job:
         volume = volume_params(model, layout)  # usage errors before any work
         return build_summary(self.con, self.failed, **({"volume": volume} if volume else {}))
 
-    def chart(self, name: str, **params: Any):
-        """An Altair chart of a catalog query, drawn by the report's chart functions."""
-        from .report import charts
+    def chart(self, name: str, *, step: int | None = None, baseline: Job | pl.DataFrame | None = None,
+              **params: Any):
+        """An Altair chart of the report, drawn from its entry in the one chart registry
+        (:data:`nsys2comm.report.sections.CHARTS`): the same queries, parameters, not-available rules and draw
+        function as the page. ``name``: a chart id (``"overlap-rank"``, ``"chart-overlap-rank"``), the catalog query
+        it draws (``"overlap_by_rank"``) or its draw function's name. ``params`` override the report's parameters
+        of the chart's queries; ``step`` picks the timeline's step as :meth:`report` does; the "What changed"
+        charts (``changes-rank``, ``changes-coll``) need ``baseline``: the earlier run's job, or the rows of
+        ``baseline.diff(job)`` already computed. A chart the report would show as "not available" raises InputError
+        with the page's one-line reason."""
+        from .report import html, sections
 
-        fn = getattr(charts, CHARTS.get(name, f"{name}_chart"), None)
-        if fn is None:
-            raise UsageError(f"no chart for {name!r}", hint="charts exist for: " + ", ".join(sorted(CHARTS)))
-        if name == "p2p_latency_by_size":
-            model = None  # the α-β model is latency_model (matched transfer time), charted in the report
-            return fn(self.query(name, **params), model)
-        return fn(self.query(name, **params))
+        spec = sections.find_chart(name)
+        if spec.id in sections.CHANGES_CHARTS:
+            if baseline is None:
+                raise UsageError(f"chart {spec.id.removeprefix('chart-')} compares two runs",
+                                 hint="give baseline=<the earlier run's Job>")
+            if params or step is not None:
+                raise UsageError(f"chart {spec.id.removeprefix('chart-')} takes no parameters or step",
+                                 hint="it draws the rows of baseline.diff(job)")
+            rows = baseline.diff(self) if isinstance(baseline, Job) else baseline
+            block = html.chart_block(self.con, spec, [], changes=rows)
+        else:
+            block = html.chart_block(self.con, spec, sections.chart_queries(spec, params), step)
+        if block.chart is None:
+            raise InputError(f"chart {spec.id.removeprefix('chart-')} is not available: {block.missing}")
+        return block.chart
 
     def report(self, out_path: str | Path, *, png_dir: str | Path | None = None,
                svg_dir: str | Path | None = None, baseline: Job | None = None,
@@ -367,7 +373,7 @@ def ingest_dir(paths: Iterable[str | Path], out: str | Path, *, rank: int | None
                on_file: Callable | None = None, read_extra: dict | None = None) -> list:
     """Ingest traces into a Parquet job directory (``nsys2comm ingest --out DIR``; several processes may write
     into one directory at once). Returns one FileResult per file; open the job with ``Job.open(out)``."""
-    from .jobwrite import write
+    from .ingest.jobwrite import write
 
     return write(paths, out, rank=rank, world_size=world_size, keep_going=keep_going, jobs=jobs, on_file=on_file,
                  read_extra=read_extra)
@@ -378,7 +384,7 @@ def doctor(out: str | Path, *, fix: bool = False) -> pl.DataFrame:
     temp files and orphan parts (removed with ``fix``). One row per finding: kind, path, detail, action."""
     import polars as pl
 
-    from .jobwrite import doctor as check
+    from .ingest.jobwrite import doctor as check
 
     return pl.DataFrame(check(out, fix=fix), schema={"kind": pl.String, "path": pl.String, "detail": pl.String,
                                                      "action": pl.String})

@@ -11,8 +11,9 @@ Each public object is introduced by a header comment block::
 
 A helper view that several analyses share and that is worth computing once carries ``-- @sweep per_rank`` or
 ``-- @sweep cross_rank`` (optionally `` order=col,col``: the order its rows are stored in) among its header lines
-(:attr:`CatalogObject.sweep`): ``nsys2comm.cache`` stores it at ingest and snapshots it, and ``per_rank`` (its rows
-for a rank read that rank's rows only) lets ``nsys2comm.distributed`` compute it in one task per rank.
+(:attr:`CatalogObject.sweep`): ``nsys2comm.storage.sweeps`` stores it at ingest and snapshots it, and
+``per_rank`` (its rows for a rank read that rank's rows only) lets ``nsys2comm.storage.dask_stage`` compute it in one
+task per rank.
 
 A ``[key]`` mark after a column name puts the column in the object's default set for narrow terminals
 (:attr:`CatalogObject.key_columns`): the identifiers of a row first, then the figures the object exists for; never

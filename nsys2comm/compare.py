@@ -66,8 +66,8 @@ from typing import Any
 import polars as pl
 
 from . import __version__
-from .db import settle
 from .results import failed_line, run_batch
+from .storage import settle
 from .units import JSON_DIGITS, round_floats, size
 
 SCHEMA_VERSION = 1

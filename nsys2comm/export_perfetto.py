@@ -28,7 +28,7 @@ import json
 import os
 from pathlib import Path
 
-from .db import settle
+from .storage import settle
 
 CHUNK_ROWS = 50_000
 LANE_TID, EXPOSED_TID, WAIT_TID = 10_000, 100_000, 200_000  # added to a stream's thread number

@@ -1,4 +1,4 @@
-"""One results layer for every consumer (summary, diff, report): run a batch of catalog queries, each once, with
+"""One results layer for every consumer (summary, diff, report, Job): run a batch of catalog queries, each once, with
 the shared sweeps snapshotted for the batch; narrow each frame to the documented columns the consumer declares;
 keep what failed or is not available as data, in one format.
 
@@ -7,7 +7,8 @@ A consumer declares ``{catalog object: columns it reads}`` (``summary.COLUMNS``,
 where it is written. A failing query never raises: ``Results.errors[name]`` holds one line,
 ``"analysis 'NAME' failed: FIRST LINE OF THE ERROR"`` (:func:`failure`) or ``"not available: WHY"`` (``drop``).
 Why a number is not available comes from the catalog's ``diagnostics`` and ``run_overview`` columns, never from
-counts taken here.
+counts taken here. ``Job.query`` is a batch of one (:func:`run_one`, no snapshot to pay for) that raises what the
+query raised (``Results.raised``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from .analysis import run_query
-from .cache import materialize, unmaterialize
-from .db import settle
+from .storage import materialize, settle, unmaterialize
 
 NOT_AVAILABLE = "not available: "
 
@@ -52,6 +52,8 @@ class Results:
     # what holds for the whole job (no communication, no message sizes, one rank): (diagnostics code, sentence),
     # said once in the report's banner; the sections then give their own one-line reason
     banner: list[tuple[str, str]] = field(default_factory=list)
+    # the exception behind each failure line, for a caller that raises rather than reports (Job.query)
+    raised: dict[str, BaseException] = field(default_factory=dict, repr=False)
 
     def get(self, name: str) -> pl.DataFrame | None:
         """The frame when it has rows, else None."""
@@ -66,6 +68,11 @@ class Results:
         """Why ``name`` is missing, without the "analysis 'NAME' failed: " or "not available: " prefix."""
         text = self.errors.get(name)
         return None if text is None else text.removeprefix(failed_line(name, "")).removeprefix(NOT_AVAILABLE)
+
+    def raise_failure(self, name: str) -> None:
+        """Raise the exception behind ``name``'s failure line (its own type and message), if it failed."""
+        if name in self.raised:
+            raise self.raised[name]
 
     def drop(self, name: str, why: str) -> None:
         """Record that ``name``'s result is not available, and why."""
@@ -110,6 +117,7 @@ def run_one(con, q, out: Results, columns: Mapping[str, Iterable[str]] | None = 
         out.frames[r.name] = df
     except Exception as e:  # noqa: BLE001 - one failing analysis must not sink the others
         out.errors[r.name] = failure(r.name, e)
+        out.raised[r.name] = e
     finally:
         settle(con)
 

@@ -112,8 +112,8 @@ from typing import Any
 import polars as pl
 
 from . import __version__
-from .db import settle
 from .results import GAP_COLUMNS, Request, Results, gap, run_batch
+from .storage import settle
 from .units import JSON_DIGITS, duration, ns_to, pct, round_floats, size
 
 SCHEMA_VERSION = 1

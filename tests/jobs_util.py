@@ -15,8 +15,8 @@ from fixtures import synthetic as syn
 from fixtures.kineto_writer import write_kineto
 from fixtures.nsys_writer import write_nsys
 from nsys2comm import analysis, catalog
-from nsys2comm import db as dbmod
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db as dbmod
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "fixtures" / "example"

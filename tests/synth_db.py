@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 
 from fixtures import synthetic as syn
@@ -16,9 +18,24 @@ def catalog_db() -> duckdb.DuckDBPyConnection:
     """A new in-memory database with the catalog installed and empty canonical tables: the product's in-memory job
     database (``db.memory_job``: a copy of the catalog template, ≈ 0.1 s, where ``catalog.install`` binds a thousand
     statements in ≈ 2 s; installed where there is no usable template)."""
-    from nsys2comm import db
+    from nsys2comm.storage import db
 
     return db.memory_job()
+
+
+def save(con: duckdb.DuckDBPyConnection, path) -> Path:
+    """Write the in-memory job ``con`` (catalog and rows) to the new database file ``path`` and close ``con``: one
+    ``COPY FROM DATABASE`` (milliseconds), where building on a file connection installs the catalog there (seconds
+    of binding)."""
+    path = Path(path)
+    db = con.execute("SELECT current_database()").fetchall()[0][0]
+    con.execute(f"ATTACH {catalog.sql_string(str(path))} AS _synth_save")
+    try:
+        con.execute(f'COPY FROM DATABASE "{db}" TO _synth_save')
+    finally:
+        con.execute("DETACH _synth_save")
+        con.close()
+    return path
 
 
 def empty_job(ranks: int) -> duckdb.DuckDBPyConnection:

@@ -15,8 +15,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import synth_db
 
 from fixtures import synthetic as syn
-from nsys2comm import analysis, cache, catalog
+from nsys2comm import analysis, catalog
 from nsys2comm.errors import UsageError
+from nsys2comm.storage import sweeps as cache
 
 US = syn.US
 

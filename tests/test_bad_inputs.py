@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from fixtures.kineto_writer import write_kineto
 from fixtures.nsys_writer import write_nsys
 from fixtures.synthetic import make_run
-from nsys2comm import db as dbmod
 from nsys2comm.cli import app
+from nsys2comm.storage import db as dbmod
 
 CLASS_NAME = re.compile(r"\b[A-Z]\w*(Error|Exception|Exc)\b|\bNeeds\w+|Traceback")
 

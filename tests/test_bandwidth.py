@@ -173,9 +173,9 @@ def test_groups_across_hosts_take_the_network_peak(latency_run):
     assert (cross["spans_hosts"], cross["peak_busbw_gbps"]) == (True, pytest.approx(100.0))
     assert (local["spans_hosts"], local["peak_busbw_gbps"]) == (False, pytest.approx(450.0))
     # the variables never reach a stored sweep: the materialised views give the same rows either way
-    from nsys2comm.cache import _MATERIALIZABLE
+    from nsys2comm.storage.sweeps import SWEEPS
 
-    for view in _MATERIALIZABLE:
+    for view in SWEEPS:
         with_vars = con.execute(f"SELECT count(*), sum(hash(t)) FROM {view} t").fetchone()
         con.execute("RESET VARIABLE nsys2comm_nic_gbps")
         con.execute("SET VARIABLE nsys2comm_link_gbps = 1.0")

@@ -16,8 +16,10 @@ import pytest
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import analysis, cache, catalog, db
+from nsys2comm import analysis, catalog
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db
+from nsys2comm.storage import sweeps as cache
 
 HTA_2RANK = Path("/work/shared/traces/kineto/hta_trace_filter_2rank")
 NAMES = ("overlap_by_rank", "time_breakdown_by_rank", "comm_kernels", "collective_skew", "exposed_comm_by_kernel",

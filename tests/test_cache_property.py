@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import analysis, catalog, cli, db
+from nsys2comm import analysis, catalog, cli
 from nsys2comm.api import Job
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db
 
 EDITS = [
     None,

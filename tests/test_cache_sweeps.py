@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nsys2comm import cache, catalog, db, distributed
+from nsys2comm import catalog
+from nsys2comm.storage import dask_stage as distributed
+from nsys2comm.storage import db
+from nsys2comm.storage import sweeps as cache
 
 PKG = Path(catalog.__file__).resolve().parent
 
@@ -65,7 +68,7 @@ def test_the_sweep_tag_is_parsed_or_refused(tmp_path, lines, error):
 
 # tier 1: layering
 def test_distributed_reads_no_private_name_of_cache():
-    tree = ast.parse((PKG / "distributed.py").read_text())
+    tree = ast.parse((PKG / "storage" / "dask_stage.py").read_text())
     private = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                and n.value.id == "cache" and n.attr.startswith("_")]
     assert private == []

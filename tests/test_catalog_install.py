@@ -13,7 +13,9 @@ import pytest
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import Job, analysis, catalog, db, dbtemplate
+from nsys2comm import Job, analysis, catalog
+from nsys2comm.storage import db
+from nsys2comm.storage import template as dbtemplate
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("comm_kernels", "collective_skew", "overlap_by_rank")

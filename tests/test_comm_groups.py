@@ -22,8 +22,8 @@ from fixtures.kineto_writer import (
     reduce_scatter_base_call,
     write_comm_calls,
 )
-from nsys2comm import db
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db
 
 F32 = 4
 BF16 = 2

@@ -12,8 +12,8 @@ import pytest
 from fixtures.kineto_writer import write_kineto
 from fixtures.nsys_writer import write_nsys
 from fixtures.synthetic import make_run
-from nsys2comm import db
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db
 
 KERNEL_COLS = ("rank", "device_id", "stream_id", "start_ns", "end_ns", "name", "short_name", "correlation_id",
                "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "kernel_class")

@@ -15,9 +15,12 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 import jobs_util as ju
 
-from nsys2comm import Job, cache, distributed, jobdir
+from nsys2comm import Job
 from nsys2comm.cli import app
 from nsys2comm.errors import UsageError
+from nsys2comm.storage import dask_stage as distributed
+from nsys2comm.storage import jobdir
+from nsys2comm.storage import sweeps as cache
 
 if not ju.os.environ.get("CI"):
     pytest.importorskip("distributed")  # outside CI only: CI installs the extra, and there these must run
@@ -43,7 +46,7 @@ def test_every_query_equals_the_duckdb_file(name, jobs_base, client):
     with Job.open(job["dir"], scheduler=client) as j:
         assert j.stages["ranks"] == len(job["traces"])
         views = dict(j.con.execute("SELECT view_name, sql FROM duckdb_views() WHERE temporary").fetchall())
-        for view in cache._MATERIALIZABLE:  # the helpers read the gathered tables
+        for view in cache.SWEEPS:  # the helpers read the gathered tables
             assert cache.session_table(view) in views[view]
         ju.assert_same(job["want"], ju.frames(j.con))
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nsys2comm import db
+from nsys2comm.storage import db
 
 CREATOR = """
 import fcntl, shutil, sys, time

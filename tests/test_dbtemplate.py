@@ -9,7 +9,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from nsys2comm import Job, catalog, db, dbtemplate
+from nsys2comm import Job, catalog
+from nsys2comm.storage import db
+from nsys2comm.storage import template as dbtemplate
 
 
 @pytest.fixture

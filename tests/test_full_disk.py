@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nsys2comm import jobwrite
 from nsys2comm.cli import app
+from nsys2comm.ingest import jobwrite
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = sorted((ROOT / "fixtures" / "example").glob("worker0_*.json.gz"))[0]

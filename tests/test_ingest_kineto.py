@@ -16,11 +16,11 @@ from tiers import examples  # tier: the inner loop runs fewer examples (tests/ti
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import db
 from nsys2comm.errors import InputError
 from nsys2comm.ingest import ingest, kineto
 from nsys2comm.ingest.base import ReadOptions
 from nsys2comm.ingest.ranks import rank_from_file_name
+from nsys2comm.storage import db
 
 COMM_RE = re.compile(r"^(void )?(nccl|rccl)", re.I)
 ANNOTATION_COLL = {"nccl:all_reduce": "all_reduce", "nccl:all_to_all": "all_to_all",

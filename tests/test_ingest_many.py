@@ -13,8 +13,9 @@ import pytest
 import nsys2comm.ingest as ingest_mod
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import catalog, db
+from nsys2comm import catalog
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db
 from tests.benchmarks.many_files import write_one_kernel_traces
 
 # every canonical table, compared whole (ingested_at is the clock at the commit)
@@ -107,8 +108,8 @@ def test_300_one_kernel_traces_all_arrive(tmp_path, cli_process):
 
 
 def test_the_pipeline_databases_are_named_as_spools():
-    from nsys2comm import cache
     from nsys2comm.ingest import base
+    from nsys2comm.storage import sweeps as cache
 
     # tier 1: jobwrite's pipeline database lives in a spool directory; cache skips its content-key record by name
     assert cache._SPOOL_PREFIX == base.SPOOL_PREFIX
@@ -120,8 +121,9 @@ def test_a_full_disk_in_a_batch_keeps_the_committed_files_and_leaves_no_half_par
 
     from typer.testing import CliRunner
 
-    from nsys2comm import jobdir, jobwrite
     from nsys2comm.cli import app
+    from nsys2comm.ingest import jobwrite
+    from nsys2comm.storage import jobdir
 
     write_one_kernel_traces(tmp_path / "t", 6)
     real, n = jobwrite._publish, [0]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import nsys2comm.db as db
+import nsys2comm.storage.db as db
 from fixtures.nsys_writer import SECRET_ENV, _Db, comm_id, write_large_nsys, write_nsys
 from fixtures.synthetic import make_run
 from nsys2comm.errors import InputError

@@ -202,8 +202,8 @@ def test_cross_source_same_short_name_and_class(tmp_path, monkeypatch):
     from fixtures import nsys_writer
     from fixtures.kineto_writer import write_kineto
     from fixtures.synthetic import make_run
-    from nsys2comm import db
     from nsys2comm.ingest import ingest
+    from nsys2comm.storage import db
 
     run = make_run(world_size=2, steps=1, era="new")
     to_nsys = dict(SAME_KERNELS)

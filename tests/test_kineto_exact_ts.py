@@ -140,8 +140,8 @@ def test_odd_types_in_one_event_s_args_are_converted_without_decoding_its_block_
 
 def test_the_benchmark_s_epoch_fraction_variant_is_read_to_the_ns(tmp_path):
     """tile.with_epoch_fractions writes us.nnn digits; the ingest stores them exactly."""
-    from nsys2comm import db
     from nsys2comm.ingest import ingest
+    from nsys2comm.storage import db
     from tests.benchmarks.tile import with_epoch_fractions
 
     src = tmp_path / "int.json"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nsys2comm import db
 from nsys2comm.errors import InputError
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db
 
 EPOCH_US = 1_700_000_000_000_000
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"

@@ -20,8 +20,9 @@ from synth_db import catalog_db
 from fixtures import synthetic as syn
 from fixtures.kineto_writer import write_kineto
 from fixtures.nsys_writer import write_nsys
-from nsys2comm import analysis, db
+from nsys2comm import analysis
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_db

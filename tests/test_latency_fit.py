@@ -22,7 +22,8 @@ from synth_db import catalog_db
 from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 from fixtures import synthetic as syn
-from nsys2comm import analysis, cache, summary
+from nsys2comm import analysis, summary
+from nsys2comm.storage import sweeps as cache
 from nsys2comm.units import pct
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -11,9 +11,9 @@ import pytest
 
 from fixtures.nsys_writer import write_nsys
 from fixtures.synthetic import make_run
-from nsys2comm import db
 from nsys2comm.errors import InputError
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db
 
 K = "CUPTI_ACTIVITY_KIND_KERNEL"
 

@@ -16,9 +16,10 @@ from synth_db import catalog_db
 from fixtures.kineto_writer import write_kineto
 from fixtures.nsys_writer import comm_id, pytorch_title, write_nsys
 from fixtures.synthetic import DTYPE_BYTES, make_run
-from nsys2comm import catalog, db
+from nsys2comm import catalog
 from nsys2comm.ingest import ingest
 from nsys2comm.ingest.nvtx_payload import PayloadDecoder
+from nsys2comm.storage import db
 
 
 def _job(paths):

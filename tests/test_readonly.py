@@ -17,10 +17,10 @@ import pytest
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import db
 from nsys2comm.api import Job
 from nsys2comm.errors import InputError
 from nsys2comm.ingest import ingest
+from nsys2comm.storage import db
 
 ESCAPES = {
     "prepared_copy": ["PREPARE p AS COPY (SELECT 42 AS x) TO 'victim.txt'", "EXECUTE p"],

@@ -18,9 +18,9 @@ import pytest
 from fixtures.kineto_writer import write_kineto
 from fixtures.nsys_writer import write_nsys
 from fixtures.synthetic import make_run
-from nsys2comm import db
 from nsys2comm.ingest import ingest
 from nsys2comm.ingest.redact import REDACTED, redact_array, redact_text
+from nsys2comm.storage import db
 
 # (text with a secret, the secret) — shapes seen in launch lines, NVTX ranges and config dumps
 PLANTED = [

@@ -20,7 +20,6 @@ import pytest
 
 from fixtures.synthetic import make_run
 from nsys2comm import catalog
-from nsys2comm.db import connect
 from nsys2comm.report import (
     build_report,
     busbw_chart,
@@ -34,6 +33,7 @@ from nsys2comm.report import (
     time_breakdown_chart,
 )
 from nsys2comm.report.html import script_json
+from nsys2comm.storage.db import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"

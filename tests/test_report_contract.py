@@ -19,10 +19,10 @@ from test_report import fill_job
 from fixtures.synthetic import make_run
 from nsys2comm import catalog
 from nsys2comm.analysis import run_query
-from nsys2comm.db import connect
 from nsys2comm.report import build_report, charts, findings, html
 from nsys2comm.report.data import CONSUMERS, Fetched
 from nsys2comm.report.sections import FACTS, QUERIES, SECTIONS, ChartSpec, TableSpec
+from nsys2comm.storage.db import connect
 
 REPORT_DIR = Path(html.__file__).parent
 REPORT_OBJECTS = [o for o in catalog.load_catalog() if o.area == "report"]

@@ -26,11 +26,11 @@ from test_report import dump_dom, fill_job
 from fixtures.synthetic import make_run
 from nsys2comm.analysis import run_query
 from nsys2comm.cli import app
-from nsys2comm.db import connect
 from nsys2comm.errors import UsageError
 from nsys2comm.report import build_report, charts, findings
 from nsys2comm.report import html as page
 from nsys2comm.report.sections import choose_step
+from nsys2comm.storage.db import connect
 from nsys2comm.units import duration, pct
 
 

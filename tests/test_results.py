@@ -15,9 +15,9 @@ from test_report import fill_job
 from fixtures.synthetic import make_run
 from nsys2comm import catalog, compare, results, summary
 from nsys2comm.api import Job
-from nsys2comm.db import connect
-from nsys2comm.report import findings, html
+from nsys2comm.report import findings, html, sections
 from nsys2comm.report.data import CONSUMERS
+from nsys2comm.storage.db import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_FILES = sorted((ROOT / "fixtures" / "example").glob("*.json.gz"))
@@ -54,11 +54,21 @@ def test_gaps_come_from_diagnostics():
     assert results.gap(results.Results(), "comm") is None  # diagnostics not run: no claim
 
 
+def _job_columns() -> dict[str, tuple[str, ...]]:
+    """What Job reads of the catalog itself: the frames Job.chart hands to the registry's draw functions (its
+    summary, report and diff are those consumers'; Job.query hands the caller a whole documented object)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for spec in sections.CHARTS.values():
+        for name, cols in (spec.draw.consumes.items() if spec.id not in sections.CHANGES_CHARTS else ()):
+            out[name] = tuple(dict.fromkeys((*out.get(name, ()), *cols)))
+    return out
+
+
 def _consumers() -> dict[str, dict[str, tuple[str, ...]]]:
-    return {"summary": dict(summary.COLUMNS), "diff": dict(compare.COLUMNS), **CONSUMERS}
+    return {"summary": dict(summary.COLUMNS), "diff": dict(compare.COLUMNS), "job": _job_columns(), **CONSUMERS}
 
 
-# tier 1: every consumer (summary, diff, report, findings) names public, documented columns only
+# tier 1: every consumer (summary, diff, report, findings, Job) names public, documented columns only
 @pytest.mark.parametrize("consumer", sorted(_consumers()))
 def test_every_consumer_reads_public_documented_columns(consumer):
     for name, cols in _consumers()[consumer].items():
@@ -67,16 +77,63 @@ def test_every_consumer_reads_public_documented_columns(consumer):
         assert set(cols) <= set(obj.columns), f"{consumer} reads {name}.{sorted(set(cols) - set(obj.columns))}"
 
 
+# tier 1: Job reads the catalog only through the consumers and the results layer: no column of its own, no query
+# run outside results.run_one, no chart outside the report's registry
+def test_job_reads_through_the_results_layer():
+    import ast
+
+    import nsys2comm.api as api
+
+    src = Path(api.__file__).read_text(encoding="utf-8")
+    tree = ast.parse(src)
+    imported = {(n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "analysis" not in imported and "report.charts" not in imported, imported
+    reads = [ast.unparse(n) for n in ast.walk(tree)
+             if (isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str))
+             or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                 and n.func.attr in ("col", "select", "filter", "with_columns", "group_by", "get_column"))]
+    assert not reads, f"api.py reads columns itself: {reads}"
+    assert "run_one(" in src and "sections.find_chart(" in src and "html.chart_block(" in src
+
+
+@pytest.fixture(scope="module")
+def views(synth):
+    """The synthetic job as summary, report (collect), diff (against itself) and Job see it."""
+    return (summary.build_summary(synth), html.collect(synth), compare.compare(synth, synth), Job(synth))
+
+
 # tier 3: consumers run on frames narrowed to their declarations, so an undeclared read fails here
-def test_consumers_run_on_narrowed_frames(synth):
-    s = summary.build_summary(synth)
+def test_consumers_run_on_narrowed_frames(views):
+    s, (fetched, _, found, _), c, _ = views
     assert not [m for m in s["missing"] if "failed" in m]
-    fetched, _, found, _ = html.collect(synth)
     assert not [k for k, v in fetched.errors.items() if "failed" in v]
     assert not [f.text for f in found if "could not be computed" in f.text]
     assert findings.FINDINGS  # findings ran through all_findings above
-    c = compare.compare(synth, synth)
     assert not [m for m in c.missing if "failed" in m]
+
+
+# tier 3: summary, diff, report and Job give the same figure for the same metric on a synthetic job
+def test_summary_diff_report_and_job_agree_on_a_synthetic_job(views):
+    s, (fetched, secs, _, _), c, job = views
+    diff_job = {r["metric"]: r["base"] for r in c.rows.filter(pl.col("section") == "job").iter_rows(named=True)}
+    skew_ns = fetched.frames["collective_skew"]["start_skew_ns"].max()
+    assert skew_ns > 0
+    assert (s["max_skew_ms"] * 1e6 == pytest.approx(diff_job["max_start_skew_ns"]) == pytest.approx(skew_ns)
+            == pytest.approx(job.query("collective_skew")["start_skew_ns"].max())
+            == pytest.approx(job.summary()["max_skew_ms"] * 1e6))
+    exposed = fetched.frames["overlap_by_rank"]["exposed_comm_ns"].sum()
+    assert exposed > 0 and s["exposed_comm_ns"] == exposed == job.query("overlap_by_rank")["exposed_comm_ns"].sum()
+    assert diff_job["exposed_comm_ns_per_step"] == pytest.approx(exposed / c.base["steps"])
+    w = fetched.frames["overlap_worst_rank"].row(0, named=True)
+    jw = job.query("overlap_worst_rank").row(0, named=True)
+    assert s["worst_rank"] == w["rank"] == jw["rank"]
+    assert s["worst_rank_exposed_comm_pct"] == pytest.approx(w["exposed_busy_pct"]) == pytest.approx(
+        jw["exposed_busy_pct"])
+    # the figures a chart shows are the report's: Job.chart draws the page's spec from the same frames
+    block = next(b for sec in secs for b in sec.blocks if b.id == "chart-overlap-rank")
+    got = job.chart("overlap_by_rank").to_dict()
+    got.pop("$schema", None)
+    assert got == block.spec()
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +144,7 @@ def example(tmp_path_factory):
     job.close()
 
 
-# tier 4 (bundled example): summary, diff and report give the same figure for the same metric
+# tier 4 (bundled example): summary, diff, report and Job give the same figure for the same metric
 @pytest.mark.slow
 def test_summary_diff_and_report_agree(example):
     s = summary.build_summary(example)
@@ -106,6 +163,9 @@ def test_summary_diff_and_report_agree(example):
     # the worst rank: summary and the report's overlap_worst_rank frame (the catalog's one rule)
     w = fetched.frames["overlap_worst_rank"].row(0, named=True)
     assert (s["worst_rank"], s["worst_rank_exposed_comm_pct"]) == (w["rank"], pytest.approx(w["exposed_busy_pct"]))
+    job_api = Job(example)  # the same connection through the Python API (the fixture closes it)
+    assert job_api.summary()["max_skew_ms"] == s["max_skew_ms"]
+    assert job_api.query("overlap_worst_rank").row(0, named=True)["rank"] == w["rank"]
     # bus bandwidth of the worst collective's bucket: summary's headline figure is the report's
     wc = s["worst_collective"]
     bw = fetched.frames["collective_bandwidth"].filter(

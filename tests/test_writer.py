@@ -7,10 +7,10 @@ import weakref
 
 import pyarrow as pa
 
-from nsys2comm import db
 from nsys2comm.ingest.base import Batch
 from nsys2comm.ingest.kineto_rows import SCHEMAS
 from nsys2comm.ingest.writer import insert_batch
+from nsys2comm.storage import db
 
 
 def _batch(table: str, n: int, name: str) -> Batch:

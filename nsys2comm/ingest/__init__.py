@@ -314,8 +314,10 @@ def ingest(con, paths: Iterable[str | Path], *, rank: int | None = None, world_s
                                                [fid]).fetchall()]
         done(FileResult(str(path), "ingested", "", fid, ranks))
 
-    from ..cache import catalog_installed  # late: decoder processes import this package without DuckDB
-    from ..db import take_fresh_copy
+    from ..storage import (  # late: decoder processes import this package without DuckDB
+        catalog_installed,
+        take_fresh_copy,
+    )
 
     # a pipeline database (store_sweeps=False) is checked without a record in the user cache: it lives for one process;
     # an in-memory job just copied from a checked catalog template (db.memory_job) needs no check
@@ -350,7 +352,7 @@ def _complete(con, installing: _CatalogInstall | None, *, terminated: bool, wrot
     if installing is not None:
         installing.wait()
     if wrote:
-        from ..cache import refresh_cache
+        from ..storage import refresh_cache
 
         # the shared sweeps, once per ingest rather than once per later session; a no-op while they match
         # the data, and a repair after a killed ingest or an outside edit

@@ -27,11 +27,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import jobdir
-from .db import connect
-from .errors import InputError, as_user_error
-from .ingest import FileResult, detect, expand_paths, ingest, sha256_of
-from .ingest.base import ID_COLUMNS, ID_SHIFT, alive, process_pool, stop_pool
+from ..errors import InputError, as_user_error
+from ..storage import connect, jobdir
+from . import FileResult, detect, expand_paths, ingest, sha256_of
+from .base import ID_COLUMNS, ID_SHIFT, alive, process_pool, stop_pool
 
 _MAX_FILE_ID = 1 << (63 - ID_SHIFT)  # ids are file_id << 40 | index and must stay within BIGINT
 _STALE_S = 24 * 3600  # temp files of other hosts older than this are a dead writer's
@@ -127,7 +126,7 @@ def _pipeline():
         import shutil
         import tempfile
 
-        from .ingest.base import SPOOL_PREFIX
+        from .base import SPOOL_PREFIX
 
         d = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-pipeline-")
         atexit.register(shutil.rmtree, d, True)
@@ -540,7 +539,7 @@ WRITE_MANY_FILES = 64  # small files per writer task (write_many)
 
 def _tasks(args: list[tuple]) -> list[list[tuple]]:
     """The files in input order: consecutive small files in groups (write_many), any other file alone."""
-    from .ingest import SMALL_FILE_BYTES
+    from . import SMALL_FILE_BYTES
 
     tasks: list[list[tuple]] = []
     for a in args:

@@ -24,17 +24,18 @@ from string import Template
 import altair as alt
 import polars as pl
 
-from .. import usercache
 from ..results import gap
+from ..storage import usercache
 from ..units import duration, ns_to
 from ..units import size as fmt_bytes
-from .data import Fetched, declare, fetch
+from .data import Fetched, Query, declare, fetch
 from .findings import Finding, all_findings
 from .sections import (
     CHANGES_SECTION,
     CHANGES_TOP,
     CHANGES_WINDOW_INTRO,
     MAX_OVERVIEW_RANKS,
+    NOTEBOOK_QUERIES,
     QUERIES,
     RANK_COLUMNS,
     SECTIONS,
@@ -133,8 +134,11 @@ class Section:
 
 def mark_not_available(fetched: Fetched) -> None:
     """Drop results whose numbers cannot be computed, with the reason, so their blocks show a "not available" box
-    instead of an empty chart frame, a one-row heatmap or a finding built on zeros."""
-    for q in QUERIES:
+    instead of an empty chart frame, a one-row heatmap or a finding built on zeros. Queries the batch did not run
+    (a chart's batch, :func:`chart_block`) are left alone."""
+    for q in (*QUERIES, *NOTEBOOK_QUERIES):
+        if q.name not in fetched.frames and q.name not in fetched.errors:
+            continue
         why = next((r for f in q.needs if (r := gap(fetched, f))), None)
         df = fetched.frames.get(q.name)
         if why is None and df is not None and not df.height:
@@ -245,12 +249,18 @@ def job_banner(fetched: Fetched) -> list[tuple[str, str]]:
     return out
 
 
-def collect(con, step: int | None = None) -> tuple[Fetched, list[Section], list[Finding], list[tuple[str, str]]]:
-    """Run the catalog queries and lay out the sections (no HTML yet): reusable for other front ends. ``step``:
-    the timeline's step (a step marker's number, or a detected iteration's index; default the median-length one)."""
+def report_results(con, step: int | None = None,
+                   queries: list[Query] | None = None) -> tuple[Fetched, list[tuple[str, str]]]:
+    """The report's batch of the results layer: ``queries`` (default all of QUERIES), the timeline's step chosen
+    from ``iterations`` (unless the batch's step_timeline query has parameters of its own), the banner, and what
+    is not available marked; with the timeline's (title, sentence) when it ran."""
+    queries = QUERIES if queries is None else queries
     heading: list[tuple[str, str]] = []
+    asked = [q for q in queries if q.name == "step_timeline"]
 
     def timeline(got: Fetched) -> list:
+        if not asked or asked[0] not in QUERIES:  # no timeline, or one with the caller's own window
+            return asked
         if "iterations" in got.errors and step is None:  # step_timeline's own choice, said as such
             heading.append(("Timeline of one step", "Shown: the middle one of the marked steps, or the whole capture "
                             f"without step markers ({got.errors['iterations']})."))
@@ -259,9 +269,27 @@ def collect(con, step: int | None = None) -> tuple[Fetched, list[Section], list[
         heading.append((title, said))
         return [query]
 
-    fetched = fetch(con, [q for q in QUERIES if q.name != "step_timeline"], timeline)
+    fetched = fetch(con, [q for q in queries if q.name != "step_timeline"], timeline)
     fetched.banner = job_banner(fetched)
     mark_not_available(fetched)
+    return fetched, heading
+
+
+def chart_block(con, spec: ChartSpec, queries: list[Query], step: int | None = None,
+                changes: pl.DataFrame | None = None) -> ChartBlock:
+    """One chart of the registry (``sections.CHARTS``) as the report draws it: ``queries``
+    (``sections.chart_queries``) run as the report's batch, the same not-available rules and reasons, the same draw
+    function; a "What changed" chart from ``changes`` (the rows of ``baseline.diff(job)``)."""
+    if changes is not None:
+        return _chart_block(changes_frames(changes), spec, [])
+    fetched, _ = report_results(con, step, queries)
+    return _chart_block(fetched, spec, [m for _, m in diagnostics(fetched)])
+
+
+def collect(con, step: int | None = None) -> tuple[Fetched, list[Section], list[Finding], list[tuple[str, str]]]:
+    """Run the catalog queries and lay out the sections (no HTML yet): reusable for other front ends. ``step``:
+    the timeline's step (a step marker's number, or a detected iteration's index; default the median-length one)."""
+    fetched, heading = report_results(con, step)
     diag = diagnostics(fetched)
     text = [m for _, m in diag]
     sections = []

@@ -19,9 +19,10 @@ import threading
 import time
 from collections.abc import Iterator
 
-from . import cache, jobdir
+from ..errors import UsageError
+from . import jobdir
+from . import sweeps as cache
 from .db import _install_temp_objects, memory_connection
-from .errors import UsageError
 
 # the sweeps whose rows for a rank depend only on that rank's rows (tagged '-- @sweep per_rank' where they are
 # defined; tests/test_dask.py checks them equal to the whole-job computation); the rest is the driver's cross-rank

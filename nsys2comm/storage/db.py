@@ -17,14 +17,15 @@ from typing import Any
 
 import duckdb
 
-from . import catalog, dbtemplate
+from .. import catalog
+from ..errors import InputError
+from . import template
 
 # cache builds on nothing here: the connection primitives it needs (settle, held_descriptor, the sweeps' memory)
 # live there, and this module re-exports them
-from .cache import WRITER_MEMORY_LIMIT, catalog_installed, held_descriptor, use_cache
-from .cache import settle as settle
-from .cache import sweep_memory_limit as sweep_memory_limit
-from .errors import InputError
+from .sweeps import WRITER_MEMORY_LIMIT, catalog_installed, held_descriptor, use_cache
+from .sweeps import settle as settle
+from .sweeps import sweep_memory_limit as sweep_memory_limit
 
 SCHEMA_VERSION = 1  # bump when the canonical tables change incompatibly
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
@@ -204,16 +205,16 @@ def ensure_template() -> bool:
     """Build the catalog template that new job databases copy (``dbtemplate``) where this machine has none yet;
     otherwise the first new database on the machine builds it (≈ 1.3-1.9 s of DuckDB binding). True when this
     call built it. For images and nodes whose user cache starts empty, and for benchmarks of steady-state ingest."""
-    return dbtemplate.ensure(_NO_EXTENSIONS)
+    return template.ensure(_NO_EXTENSIONS)
 
 
 def memory_job(config: dict[str, Any] | None = None, *, objects: bool = True) -> duckdb.DuckDBPyConnection:
     """A new in-memory job database (no extensions, no progress bar, DuckDB ``config`` besides) holding the catalog:
-    a copy of the catalog template (``dbtemplate.memory_copy``, ≈ 0.1 s). Where there is no usable template the
+    a copy of the catalog template (``template.memory_copy``, ≈ 0.1 s). Where there is no usable template the
     catalog is installed (2-15 s of binding under load); ``objects=False`` then creates the canonical tables alone
     and the caller installs the macros and views (``ingest`` does, while the first file decodes)."""
     config = dict(_NO_EXTENSIONS, **(config or {}))
-    con = dbtemplate.memory_copy(config)
+    con = template.memory_copy(config)
     if con is None:
         con = duckdb.connect(":memory:", config=config)
         catalog.install(con, tables_only=not objects)
@@ -259,7 +260,7 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
     path = str(path)
     check_db_path(path, write=write)
     if write:
-        dbtemplate.create(path, _NO_EXTENSIONS)  # a new database: the catalog comes installed
+        template.create(path, _NO_EXTENSIONS)  # a new database: the catalog comes installed
     con = _open_waiting(path, write, config, lock_timeout_s)
     try:
         _check_is_job_db(con, path)

@@ -1,6 +1,6 @@
 """A job as a Parquet directory: the layout, what a reader sees of it, and read-only sessions over it.
 
-Layout (written by :mod:`nsys2comm.jobwrite`, ``nsys2comm ingest TRACES --out DIR``)::
+Layout (written by :mod:`nsys2comm.ingest.jobwrite`, ``nsys2comm ingest TRACES --out DIR``)::
 
     DIR/_nsys2comm.json                                   marker: format and schema version
     DIR/<table>/rank=<R>/part-<sha16>.parquet             one part per trace file and rank, every canonical table
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import duckdb
 
-from . import catalog
+from .. import catalog
+from ..errors import InputError, UsageError
 from .db import SCHEMA_VERSION, _install_temp_objects, memory_connection, seal_read_only
-from .errors import InputError, UsageError
 
 MARKER = "_nsys2comm.json"
 FORMAT = "nsys2comm parquet job"

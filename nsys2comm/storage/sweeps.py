@@ -52,7 +52,8 @@ import threading
 
 import duckdb
 
-from . import catalog, usercache
+from .. import catalog
+from . import usercache
 
 
 def settle(con):
@@ -109,9 +110,6 @@ def snapshot_table(view: str) -> str:
     """TEMP table holding ``materialize``'s snapshot of a sweep."""
     return f"{view}_snapshot"
 
-
-# view name -> snapshot table (older callers; SWEEPS and snapshot_table are the public names)
-_MATERIALIZABLE = {v: snapshot_table(v) for v in SWEEPS}
 
 _CACHE_TABLES = ["_cache_key"] + [f"_cache{v}" for v in SWEEPS]
 

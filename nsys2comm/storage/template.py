@@ -19,7 +19,8 @@ from pathlib import Path
 
 import duckdb
 
-from . import catalog, usercache
+from .. import catalog
+from . import usercache
 
 
 def template_path() -> Path:

@@ -83,7 +83,7 @@ _TREE = _TreeRss() if __name__ == "__main__" else None
 def catalog_template() -> dict:
     """The catalog template new job databases copy, built where this machine has none for this catalog and DuckDB
     version (once per machine: otherwise the first timed ingest of a run on a fresh machine pays it)."""
-    from nsys2comm import db as dbmod
+    from nsys2comm.storage import db as dbmod
 
     t = time.perf_counter()
     built = dbmod.ensure_template()
@@ -144,8 +144,8 @@ def query_names() -> list[str]:
 def refresh_cache(db: str) -> dict:
     """The stored sweeps as an ingest by this nsys2comm leaves them (a no-op when they match; after a catalog change
     they do not, and queries would compute live)."""
-    from nsys2comm import cache
-    from nsys2comm import db as dbmod
+    from nsys2comm.storage import db as dbmod
+    from nsys2comm.storage import sweeps as cache
 
     t = time.perf_counter()
     con = dbmod.connect(db, write=True)
@@ -159,8 +159,9 @@ def queries(db: str, names: list[str] | None = None) -> dict:
     sweeps ingest stored), timed from opening the database; without ``names`` all of them in this one process,
     after the shared sweeps are materialized once (as the report and summary do; the materialization counts in the
     total)."""
-    from nsys2comm import analysis, cache
-    from nsys2comm import db as dbmod
+    from nsys2comm import analysis
+    from nsys2comm.storage import db as dbmod
+    from nsys2comm.storage import sweeps as cache
 
     t = time.perf_counter()
     con = dbmod.connect(db)
@@ -179,8 +180,8 @@ def queries(db: str, names: list[str] | None = None) -> dict:
 def report(db: str, out: str) -> dict:
     import os
 
-    from nsys2comm import db as dbmod
     from nsys2comm.report import build_report
+    from nsys2comm.storage import db as dbmod
 
     con = dbmod.connect(db)
     t = time.perf_counter()

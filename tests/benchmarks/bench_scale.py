@@ -58,7 +58,8 @@ def catalog_step(source: str, dask_workers: int | None = None) -> dict:
     """Open, the shared sweeps and every public catalog query, as the report and _measure.queries run them."""
     import resource
 
-    from nsys2comm import Job, analysis, cache, catalog
+    from nsys2comm import Job, analysis, catalog
+    from nsys2comm.storage import sweeps as cache
 
     t0 = time.perf_counter()
     job = Job.open(source, dask_local=dask_workers) if dask_workers else Job.open(source)
@@ -82,7 +83,9 @@ def equal_step(db: str, job_dir: str, workers: int) -> dict:
     sys.path.insert(0, str(ROOT / "tests"))
     import jobs_util as ju
 
-    from nsys2comm import Job, cache, distributed
+    from nsys2comm import Job
+    from nsys2comm.storage import dask_stage as distributed
+    from nsys2comm.storage import sweeps as cache
 
     t = time.perf_counter()
     with Job.open(db) as j:
@@ -163,8 +166,8 @@ def bench_catalog(work: Path, n_kernels: int, workers: int) -> dict:
 def bench_dask(work: Path, ranks: int, workers: int) -> dict:
     from fixtures import synthetic as syn
     from fixtures.kineto_writer import write_kineto
-    from nsys2comm import db as dbmod
     from nsys2comm.ingest import ingest
+    from nsys2comm.storage import db as dbmod
 
     paths = write_kineto(syn.make_run(world_size=ranks, steps=2), work / f"synth_{ranks}")
     db, d = work / f"synth_{ranks}.duckdb", work / f"synth_{ranks}_dir"

@@ -20,7 +20,8 @@ _PHASES = r'''
 import time; t0 = time.perf_counter()
 import nsys2comm.cli
 t1 = time.perf_counter()
-from nsys2comm import analysis, db
+from nsys2comm import analysis
+from nsys2comm.storage import db
 con = db.connect({db!r})
 t2 = time.perf_counter()
 import polars
