@@ -42,6 +42,7 @@ checkpointed leave the file itself unchanged), so any change to the data sends t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import glob
 import hashlib
@@ -161,7 +162,8 @@ def refresh_cache(con) -> bool:
     first and written last, so a refresh that stops half-way leaves sweeps that no session uses. The sweeps run
     in transactions of their own, several at a time on a small job (``_store_sweeps``, ``_sweep_workers``): the
     caller's process holds the database's write lock and writes nothing meanwhile, so they all see the data the
-    key was computed from. A refresh ends with one checkpoint.
+    key was computed from. Where only some ranks changed since the stored key (``changed_scope``), the per-rank
+    sweeps are computed again for those ranks only. A refresh ends with one checkpoint.
     """
     path, read_only = _db_state(con)
     if path is None or read_only:
@@ -174,18 +176,25 @@ def refresh_cache(con) -> bool:
     # checkpoint rewrites the metadata of every table (440 MB Kineto trace: 0.068 + 0.072 s against 0.07 s)
     con.execute("SET checkpoint_threshold = '1TB'")
     try:
-        key = content_key(con)
-        if _stored_key(con) == key:
+        # the key's parts (one scan of every table, as content_key): the key, and the ranks that changed
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _refresh_parts AS {_parts_sql()}")
+        parts = _read_parts(con, "temp._refresh_parts")
+        key = _key_of(parts)
+        stored = _stored_key(con)
+        if stored == key:
             return False
+        scope = changed_scope(_stored_parts(con, stored), parts)
         con.execute("DROP TABLE IF EXISTS _cache_key")
-        _store_sweeps(con, _sweep_workers(con))
+        _store_sweeps(con, _sweep_workers(con), scope)
         con.execute("BEGIN TRANSACTION")
         con.execute("CREATE OR REPLACE TABLE _cache_key AS SELECT ?::VARCHAR AS content_key", [key])
+        con.execute(f"CREATE OR REPLACE TABLE {PARTS_TABLE} AS SELECT * FROM temp._refresh_parts")
         con.execute("DROP TABLE IF EXISTS _cache_fingerprint")  # the key of older versions
         con.execute("COMMIT")
         con.execute("CHECKPOINT")  # readers then open a file without a log to replay
         return True
     finally:
+        con.execute("DROP TABLE IF EXISTS temp._refresh_parts")
         _restore_live(con)  # a writable session computes live (use_cache)
         con.execute(f"SET memory_limit = '{writer_limit}'")
         con.execute(f"SET checkpoint_threshold = '{threshold}'")
@@ -228,30 +237,151 @@ def sweep_dependencies() -> dict[str, frozenset[str]]:
     return {view: frozenset(reads(view)) for view in SWEEPS}
 
 
-def _store_sweeps(con, workers: int) -> None:
+# An ingest adds ranks to a job: the refresh after it recomputes the per-rank sweeps for the ranks whose rows
+# changed only, and the cross-rank ones whole (issue 37). The ranks come from the parts of the content key: per
+# canonical table, file and rank, count(*) and sum(hash(row)) (the key holds their sums per table), stored beside the
+# key (_cache_parts, written in the key's transaction). The ranks whose parts differ from the stored ones, closed
+# over the files they share (a file's row, and the sweeps keyed by kernel id only, belong to every rank of the file),
+# get their rows deleted from the stored sweep and computed again on a cursor whose canonical tables are TEMP views
+# of those ranks' rows (as the Dask stage computes one rank from its slice). Anything else refreshes everything: no
+# stored key or parts (a refresh that stopped half-way, an older version), another catalog, every rank changed, or
+# a kernel id that names another file than its row's (an edit by hand).
+PARTS_TABLE = "_cache_parts"
+ID_SHIFT = 40  # ingest.base.ID_SHIFT (a layer above this one): a kernel id's file is kernel_id >> ID_SHIFT
+
+Part = tuple[str, int | None, int | None]  # (table, file_id, rank)
+
+
+@functools.cache
+def _canonical_tables() -> tuple[tuple[str, frozenset[str]], ...]:
+    return tuple((o.name, frozenset(o.columns)) for o in catalog.load_catalog() if o.kind == "table")
+
+
+@functools.cache
+def rank_scoped_sweeps() -> tuple[str, ...]:
+    """The per-rank sweeps a refresh computes for the changed ranks only: those that read per-rank sweeps only and
+    whose rows name their rank (or their kernel, hence its file); the rest are computed whole."""
+    deps = sweep_dependencies()
+    scoped: list[str] = []
+    for v in PER_RANK_SWEEPS:  # in catalog order: a sweep after those it reads
+        if deps[v] <= set(scoped) and ("rank" in _SWEEP_COLUMNS[v] or "kernel_id" in _SWEEP_COLUMNS[v]):
+            scoped.append(v)
+    return tuple(scoped)
+
+
+def _parts_sql() -> str:
+    selects = []
+    for t, cols in _canonical_tables():
+        fid = "file_id" if "file_id" in cols else "NULL"
+        rank = "rank" if "rank" in cols else "NULL"
+        stray = (f"count(*) FILTER (WHERE (kernel_id >> {ID_SHIFT}) <> file_id)"
+                 if {"kernel_id", "file_id"} <= cols else "0")
+        selects.append(f"SELECT '{t}' AS tbl, {fid}::INTEGER AS file_id, {rank}::INTEGER AS rank, "
+                       f"count(*)::BIGINT AS n, sum(hash(_t))::HUGEINT AS h, {stray}::BIGINT AS stray "
+                       f"FROM {t} AS _t GROUP BY ALL")
+    return " UNION ALL ".join(selects)
+
+
+def _read_parts(con, table: str) -> dict[Part, tuple[int, int, int]]:
+    return {(t, f, r): (n, h, s) for t, f, r, n, h, s in settle(con).execute(
+        f"SELECT tbl, file_id, rank, n, h, stray FROM {table}").fetchall()}
+
+
+def _key_of(parts: dict[Part, tuple[int, int, int]]) -> str:
+    """``content_key`` from the parts (the same string)."""
+    total = {t: [0, 0] for t, _cols in _canonical_tables()}
+    for (t, _f, _r), (n, h, _s) in parts.items():
+        total[t][0] += n
+        total[t][1] += h
+    return f"{catalog.digest()}|" + ",".join(f"{n}:{h}" for n, h in total.values())
+
+
+def _stored_parts(con, stored_key: str | None) -> dict[Part, tuple[int, int, int]] | None:
+    """The parts stored with ``stored_key``; None without a key, or where they do not add up to it (stored by
+    another catalog, or left by this version beside a key that an older one wrote)."""
+    if stored_key is None or not settle(con).execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
+            "AND table_name = ?", [PARTS_TABLE]).fetchall()[0][0]:
+        return None
+    try:
+        parts = _read_parts(con, PARTS_TABLE)
+    except duckdb.Error:  # altered by hand
+        return None
+    return parts if _key_of(parts) == stored_key else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """What a refresh computes again of the per-rank sweeps: the rows of these ranks, and of these files' kernels."""
+    ranks: tuple[int, ...]
+    files: tuple[int, ...]
+
+    def rank_filter(self) -> str:
+        return f"rank IN ({', '.join(map(str, self.ranks))})" if self.ranks else "false"
+
+    def file_filter(self, column: str = "file_id") -> str:
+        return f"{column} IN ({', '.join(map(str, self.files))})" if self.files else "false"
+
+    def rows(self, view: str) -> str:
+        """The rows of a stored sweep that this scope computes again."""
+        if "rank" in _SWEEP_COLUMNS[view]:
+            return self.rank_filter()
+        return self.file_filter(f"(kernel_id >> {ID_SHIFT})")
+
+
+_SWEEP_COLUMNS = {o.name: frozenset(o.columns) for o in catalog.sweeps()}
+
+
+def changed_scope(old: dict[Part, tuple[int, int, int]] | None, new: dict[Part, tuple[int, int, int]]
+                  ) -> Scope | None:
+    """The ranks (and their files) whose per-rank sweep rows differ between the data of the ``old`` parts and of
+    the ``new`` ones; None where everything is to be computed again."""
+    if old is None or any(p[2] for p in old.values()) or any(p[2] for p in new.values()):
+        return None
+    keys = old.keys() | new.keys()
+    changed = {k for k in keys if old.get(k) != new.get(k)}
+    files = {f for _t, f, _r in changed}
+    ranks = {r for _t, _f, r in changed if r is not None}
+    while True:  # a rank's rows all go with its files, and a file's with its ranks
+        more_files = files | {f for _t, f, r in keys if r in ranks}
+        more_ranks = ranks | {r for _t, f, r in keys if f in more_files and r is not None}
+        if (more_files, more_ranks) == (files, ranks):
+            break
+        files, ranks = more_files, more_ranks
+    every_rank = {r for _t, _f, r in keys if r is not None}
+    if not changed or None in files or ranks >= every_rank:
+        return None
+    return Scope(tuple(sorted(ranks)), tuple(sorted(f for f in files if f is not None)))
+
+
+def _store_sweeps(con, workers: int, scope: Scope | None = None) -> None:
     """CREATE OR REPLACE TABLE _cache<view> for every sweep, ``workers`` at a time, each on a cursor of its own and
     in its own transaction. A sweep starts once the sweeps it reads are stored, and reads their tables (a TEMP view
-    on its cursor) rather than computing them again. A signal or an error interrupts the others."""
-    run = _SweepRun(sweep_dependencies())
-    cursors = [settle(con).cursor() for _ in range(workers)]
+    on its cursor) rather than computing them again. With a ``scope``, the per-rank sweeps (``rank_scoped_sweeps``)
+    replace the scope's rows only, computed on a second cursor of the worker whose canonical tables are the scope's
+    rows (``_SweepRun.scoped``). A signal or an error interrupts the others."""
+    db = settle(con).execute("SELECT current_database()").fetchall()[0][0]
+    run = _SweepRun(sweep_dependencies(), scope, '"' + db.replace('"', '""') + '"')
+    cursors = [(con.cursor(), con.cursor() if scope is not None else None) for _ in range(workers)]
     # finished, not Thread.is_alive: after a join() that a signal interrupted, is_alive() can say False while the
     # thread still runs (CPython issue 90882)
     finished = [threading.Event() for _ in cursors]
     try:
         for c, f in zip(cursors, finished, strict=True):
-            threading.Thread(target=run.work, args=(c, f), name="nsys2comm-sweep", daemon=True).start()
+            threading.Thread(target=run.work, args=(*c, f), name="nsys2comm-sweep", daemon=True).start()
         for f in finished:
             f.wait()
     except BaseException as e:  # a signal in this thread: the workers take no more sweeps
         run.fail(e)
         raise
     finally:  # no thread may stay inside DuckDB: the connection cannot close under it, nor the interpreter exit
+        owned = [(c, f) for pair, f in zip(cursors, finished, strict=True) for c in pair if c is not None]
         while not all(f.is_set() for f in finished):
-            for c, f in zip(cursors, finished, strict=True):
+            for c, f in owned:
                 if not f.is_set():
                     c.interrupt()
             finished[0].wait(0.05)
-        for c in cursors:
+        for c, _f in owned:
             c.close()
     if run.failed:
         raise run.failed[0]
@@ -260,8 +390,10 @@ def _store_sweeps(con, workers: int) -> None:
 class _SweepRun:
     """The sweeps left to store, handed out to worker threads once the sweeps they read are stored."""
 
-    def __init__(self, deps: dict[str, frozenset[str]]):
+    def __init__(self, deps: dict[str, frozenset[str]], scope: Scope | None = None, db: str = "main"):
         self.deps = deps
+        self.scope = scope
+        self.db = db  # the job database's name, quoted: its tables under the scoped cursor's TEMP views
         # the sweeps that read most others first: they come last in a chain and are the largest queries
         self.todo = sorted(deps, key=lambda v: -len(deps[v]))
         self.stored: set[str] = set()
@@ -283,14 +415,36 @@ class _SweepRun:
                 self.ready.wait()
             return None
 
-    def work(self, cur, finished: threading.Event) -> None:
+    def scoped(self, cur) -> None:
+        """Make ``cur``'s canonical tables TEMP views of the scope's rows: the ranks' rows, and the files' rows of
+        the table without ranks (a rank's slice, as the Dask stage reads it: rows of no rank are in none)."""
+        assert self.scope is not None
+        for t, cols in _canonical_tables():
+            rows = self.scope.rank_filter() if "rank" in cols else self.scope.file_filter()
+            cur.execute(f"CREATE OR REPLACE TEMP VIEW {t} AS SELECT * FROM {self.db}.main.{t} WHERE {rows}")
+
+    def work(self, cur, scoped_cur, finished: threading.Event) -> None:
         redirected: set[str] = set()
+        scoped_redirected: set[str] | None = None
         try:
             while (view := self.take()) is not None:
-                for d in sorted(self.deps[view] - redirected):
-                    cur.execute(f"CREATE OR REPLACE TEMP VIEW {d} AS SELECT * FROM _cache{d}")
-                    redirected.add(d)
-                cur.execute(f"CREATE OR REPLACE TABLE _cache{view} AS {_rows_to_store(view)}")
+                if self.scope is not None and scoped_cur is not None and view in rank_scoped_sweeps():
+                    if scoped_redirected is None:
+                        self.scoped(scoped_cur)
+                        scoped_redirected = set()
+                    for d in sorted(self.deps[view] - scoped_redirected):
+                        scoped_cur.execute(f"CREATE OR REPLACE TEMP VIEW {d} AS SELECT * FROM _cache{d} "
+                                           f"WHERE {self.scope.rows(d)}")
+                        scoped_redirected.add(d)
+                    scoped_cur.execute("BEGIN TRANSACTION")
+                    scoped_cur.execute(f"DELETE FROM _cache{view} WHERE {self.scope.rows(view)}")
+                    scoped_cur.execute(f"INSERT INTO _cache{view} {_rows_to_store(view)}")
+                    scoped_cur.execute("COMMIT")
+                else:
+                    for d in sorted(self.deps[view] - redirected):
+                        cur.execute(f"CREATE OR REPLACE TEMP VIEW {d} AS SELECT * FROM _cache{d}")
+                        redirected.add(d)
+                    cur.execute(f"CREATE OR REPLACE TABLE _cache{view} AS {_rows_to_store(view)}")
                 with self.ready:
                     self.stored.add(view)
                     self.ready.notify_all()
@@ -302,7 +456,7 @@ class _SweepRun:
 
 def drop_cache(con) -> None:
     """Remove the stored sweeps (for example when a refresh cannot run on a damaged database)."""
-    for table in _CACHE_TABLES + ["_cache_fingerprint"]:
+    for table in _CACHE_TABLES + [PARTS_TABLE, "_cache_fingerprint"]:
         settle(con).execute(f"DROP TABLE IF EXISTS main.{table}")
 
 
