@@ -415,7 +415,7 @@ def straggler_chart(df: pl.DataFrame) -> alt.Chart:
 @consumes(exposed_comm_causes=("rank", "cause", "exposed_ns"))
 def exposed_causes_chart(df: pl.DataFrame) -> alt.Chart:
     """Stacked bars, one per rank: its exposed communication time split by cause (ms)."""
-    d = (df.group_by("rank", "cause").agg(pl.col("exposed_ns").sum())
+    d = (df.group_by("rank", "cause").agg(pl.col("exposed_ns").sum()).sort("rank", "cause")  # one spec per job
          .filter(pl.col("rank").is_in(df["rank"].unique().sort().head(MAX_BARS).implode()))
          .select(pl.col("rank").cast(pl.Int64), "cause", _in("exposed_ns", "ms").alias("exposed_ms")))
     present = set(d["cause"].to_list())
@@ -840,7 +840,8 @@ def changes_by_collective_chart(df: pl.DataFrame) -> alt.Chart:
     per = "per capture window" if d["metric"].str.ends_with("_per_window").any() else "per step"
     d = (d
          .group_by("collective").agg(*[pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).alias(c)
-                                       for c in ("base", "new")]))
+                                       for c in ("base", "new")])
+         .sort("collective"))  # group_by's order varies from run to run: the spec would too
     long = _paired(d, "collective")
     return _paired_bars(long, "collective", _collective_order(long["collective"]),
                         _title("Communication time per collective: baseline and this run",

@@ -5,10 +5,12 @@ sections with their charts and tables. html.py turns these specs into a page; no
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
+from .. import catalog
+from ..analysis import check_query
 from ..errors import UsageError
 from ..results import GAP_COLUMNS, GAPS
 from . import charts as ch
@@ -335,6 +337,71 @@ SECTIONS: list[SectionSpec] = [
                   max_rows=MAX_GEMM_GROUPS),
     )),
 ]
+
+# The one chart registry: every ChartSpec of the page (SECTIONS, CHANGES_SECTION) and the charts a notebook draws
+# that the page leaves out, by id. The report and Job.chart draw each from its entry: the same queries and
+# parameters, the same not-available rules (html.report_results), the same draw function.
+NOTEBOOK_CHARTS = (
+    ChartSpec("chart-p2p-latency", "Point-to-point: median kernel duration per message size (min–p90 whisker), "
+              "log-log; kernel durations include waiting.", ch.p2p_latency_chart, ("p2p_latency_by_size",),
+              "p2p|send|recv|peer"),
+)
+NOTEBOOK_QUERIES = [Query("p2p_latency_by_size", needs=("comm",))]  # queries of NOTEBOOK_CHARTS outside QUERIES
+CHARTS: dict[str, ChartSpec] = {b.id: b for s in (*SECTIONS, CHANGES_SECTION) for b in s.blocks
+                                if isinstance(b, ChartSpec)} | {c.id: c for c in NOTEBOOK_CHARTS}
+CHANGES_CHARTS = frozenset(b.id for b in CHANGES_SECTION.blocks if isinstance(b, ChartSpec))  # they need a baseline
+# what the report's banner reads: in every batch that draws a chart, so that its reason is the page's
+CHART_CONTEXT = ("run_overview", "report_files", "diagnostics", "msg_size_histogram")
+
+
+def _chart_aliases() -> dict[str, str]:
+    """Names that find a chart: its id, the id without 'chart-', the catalog query it draws (its first input) and
+    its draw function's name with and without '_chart' (the names of the former api.CHARTS)."""
+    out: dict[str, str] = {}
+    for cid, spec in CHARTS.items():
+        fn = spec.draw.__name__
+        for alias in (cid, cid.removeprefix("chart-"), spec.inputs[0], fn, fn.removesuffix("_chart")):
+            out.setdefault(alias, cid)
+    return out
+
+
+CHART_NAMES = _chart_aliases()
+
+
+def find_chart(name: str) -> ChartSpec:
+    """The registry's chart for ``name`` (see :func:`_chart_aliases`); a UsageError naming the charts otherwise."""
+    cid = CHART_NAMES.get(name)
+    if cid is None:
+        raise UsageError(f"no chart named {name!r}",
+                         hint="charts: " + ", ".join(sorted(c.removeprefix("chart-") for c in CHARTS)))
+    return CHARTS[cid]
+
+
+def chart_queries(spec: ChartSpec, params: dict | None = None) -> list[Query]:
+    """The batch that draws ``spec`` as the report does: the report's query of each input (``params`` over the
+    report's parameters, each given to the inputs that take it, checked against the catalog), what the banner reads
+    (CHART_CONTEXT), and ``iterations`` for the timeline's step (html.report_results chooses it as the report does
+    unless ``params`` set step_timeline's own). A parameter no input takes is a UsageError."""
+    params = dict(params or {})
+    known = {q.name: q for q in (*QUERIES, *NOTEBOOK_QUERIES)}
+    names = (*CHART_CONTEXT, *(("iterations",) if "step_timeline" in spec.inputs else ()), *spec.inputs)
+    taken: set[str] = set()
+    out = []
+    for name in dict.fromkeys(names):
+        q = known.get(name, Query(name))
+        obj = catalog.find(name)
+        mine = {k: v for k, v in params.items() if name in spec.inputs and obj is not None and k in obj.params}
+        if mine:
+            check_query(name, mine)  # a value of the wrong kind: a UsageError before any work
+            q = replace(q, params={**q.params, **mine})
+            taken |= set(mine)
+        out.append(q)
+    if set(params) - taken:
+        allowed = sorted({p for n in spec.inputs if (o := catalog.find(n)) is not None for p in o.params})
+        raise UsageError(f"chart {spec.id.removeprefix('chart-')} has no parameter "
+                         f"{', '.join(sorted(set(params) - taken))}",
+                         hint=f"parameters of {', '.join(spec.inputs)}: {', '.join(allowed) or 'none'}")
+    return out
 
 
 TIMELINE_PARAMS = {"max_segments": TIMELINE_SEGMENTS, "max_ranks": TIMELINE_RANKS}
