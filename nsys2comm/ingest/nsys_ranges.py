@@ -7,8 +7,9 @@ table and rowid order, their row ids shifted by the rows read before them, so th
 process (tests/test_ingest_nsys.py compares them).
 
 This module knows nothing of the export's tables: ``nsys`` passes its table list, its table reader and how a decoder
-process opens an export (module-level functions, so a decoder process receives them by name), and this module
-imports nothing from ``nsys`` (tests/test_importers.py checks the ingest package has no import circle).
+process opens an export (module-level functions of ``nsys_tables`` and ``nsys_export``, so a decoder process
+receives them by name), and this module imports nothing from them (tests/test_importers.py checks the ingest package
+has no import circle).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .base import Batch, process_pool, shift_ids, stop_pool
 
 def read_tables(ex, ctx, dec, counts: Counter, nworkers: int, range_rows: int, *, sources, read_table,
                 open_export) -> Iterator[Batch]:
-    """Every row table's batches with the file's row ids; ``counts`` gains what nsys._notes reports.
+    """Every row table's batches with the file's row ids; ``counts`` gains what nsys_tables.notes_from_counts reports.
 
     ``sources``: (canonical table, export table) in reading order; ``read_table(ex, ctx, source, rows, counts, dec)``:
     one export table's batches, row ids from 0; ``open_export(path) -> (export, payload decoder)``: a decoder
