@@ -15,10 +15,9 @@ import re
 import shutil
 from pathlib import Path
 
-import duckdb
 import polars as pl
 import pytest
-from synth_db import build
+from synth_db import build, save
 from test_report import assert_rendered, browser, dump_dom  # noqa: F401  (browser: the fixture)
 from typer.testing import CliRunner
 
@@ -87,10 +86,7 @@ def make_diff_run(*, steps: int = 2, ar_bytes: int = MIB, straggler: int | None 
 
 
 def _db(path: Path, run: syn.Run) -> Path:
-    con = duckdb.connect(str(path))
-    build(run, con)
-    con.close()
-    return path
+    return save(build(run), path)  # built in memory (a template copy), then written whole
 
 
 # ---------------------------------------------------------------------------------------------------------------

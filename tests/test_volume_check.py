@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 
-import duckdb
 import polars as pl
 import pytest
 import test_catalog_lint as lint
-from synth_db import catalog_db
+from synth_db import catalog_db, save
 from typer.testing import CliRunner
 
 from fixtures.synthetic_layouts import Layout, Model, build, expected_bytes
@@ -393,7 +392,7 @@ def test_summary_keys(tmp_path):
 def test_cli_summary_and_query(tmp_path):
     db = tmp_path / "job.duckdb"
     lay = LAYOUTS["zero3"]
-    build(MODEL, lay, con=duckdb.connect(str(db)), perturb={"zero3_gathers": 2}).close()
+    save(build(MODEL, lay, perturb={"zero3_gathers": 2}), db)  # built in memory, written whole
     model = "layers=4,hidden=256,seq=128,micro_batch=2,vocab=1024,dtype=bf16"
     r = CliRunner().invoke(app, ["summary", str(db), "--json", "--model", model, "--layout", "zero=3"])
     assert r.exit_code == 0, r.output
@@ -411,7 +410,7 @@ def test_report_section(tmp_path):
 
     db = tmp_path / "job.duckdb"
     lay = LAYOUTS["tp_pp_dp"]
-    build(MODEL, lay, con=duckdb.connect(str(db)), steps=1).close()
+    save(build(MODEL, lay, steps=1), db)
     with Job.open(str(db)) as job:
         page = job.report(tmp_path / "plain.html").read_text(encoding="utf-8")
         assert 'id="sec-volume"' in page and "Parallel layout and expected volume" in page
