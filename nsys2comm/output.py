@@ -38,7 +38,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -384,6 +384,135 @@ def _cell_text(v: Any, *, for_table: bool, places: int | None = None) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# rows without polars: a catalog query's rows as DuckDB hands them to Python, for a fresh process that would
+# otherwise import polars (0.15 s idle) to print a few rows. Every writer gives them the same bytes as the polars
+# frame of the same rows (tests/test_output_rows.py holds the two to each other).
+
+# DuckDB type id -> the kind of Python value it gives; other types (HUGEINT, DECIMAL, dates, ...) go through polars
+_KINDS = {"bigint": "int", "integer": "int", "smallint": "int", "tinyint": "int", "ubigint": "int",
+          "uinteger": "int", "usmallint": "int", "utinyint": "int", "double": "float", "varchar": "str",
+          "boolean": "bool"}
+FAST_ROWS_MAX = 10_000  # a larger result goes through polars, whose writers are faster per row
+
+
+def value_kind(t: Any) -> str | None:
+    """The kind of a DuckDB type (``int``, ``float``, ``str``, ``bool``, or ``nested`` for a LIST or STRUCT of
+    those), or None where only the polars path writes it exactly."""
+    tid = getattr(t, "id", None)
+    if tid in _KINDS:
+        return _KINDS[tid]
+    if tid in ("list", "struct") and all(value_kind(c) is not None for _, c in t.children):
+        return "nested"
+    return None
+
+
+def fetch_rows(rel: Any, max_rows: int = FAST_ROWS_MAX) -> Rows | None:
+    """A DuckDB relation's rows as :class:`Rows`; None when a column's type is not covered, a name repeats, or
+    there are more than ``max_rows`` rows (the caller then runs it through polars)."""
+    names = list(rel.columns)
+    kinds = [value_kind(t) for t in rel.types]
+    if any(k is None for k in kinds) or len(set(names)) != len(names):
+        return None
+    got = rel.limit(max_rows + 1).fetchall()  # one run; a larger result runs again through polars
+    if len(got) > max_rows:
+        return None
+    return Rows(names, [k for k in kinds if k is not None],
+                [list(c) for c in zip(*got, strict=True)] if got else [[] for _ in names])
+
+
+def _csv_field(s: str, sep: str) -> str:
+    """A text field as polars' CSV writer quotes it: empty text as ``""``; quoted where it holds the separator, a
+    quote or a line break."""
+    if not s:
+        return '""'
+    if sep in s or '"' in s or "\n" in s or "\r" in s:
+        return '"' + s.replace('"', '""') + '"'
+    return s
+
+
+def round_like_polars(v: float | None, decimals: int) -> float | None:
+    """``v`` as polars' ``Expr.round(decimals)`` gives it (half to even on ``v * 10**decimals``, then divided
+    back; not Python's correctly rounded ``round``)."""
+    if v is None or not math.isfinite(v):
+        return v
+    scale = 10.0 ** decimals
+    x = v * scale
+    if not math.isfinite(x):
+        return v
+    r = round(x)
+    return float(r) / scale if r else math.copysign(0.0, v)
+
+
+class Rows:
+    """Rows without polars: column names, their kinds (:func:`value_kind`) and the values, column by column."""
+
+    def __init__(self, columns: list[str], kinds: list[str], data: list[list[Any]]):
+        self.columns, self.kinds, self.data = columns, kinds, data
+
+    @property
+    def height(self) -> int:
+        return len(self.data[0]) if self.data else 0
+
+    def iter_rows(self):
+        return zip(*self.data, strict=True)
+
+    def select(self, names: list[str]) -> Rows:
+        at = {n: i for i, n in enumerate(self.columns)}
+        return Rows(list(names), [self.kinds[at[n]] for n in names], [self.data[at[n]] for n in names])
+
+    def round_percentages(self, decimals: int = PCT_DECIMALS) -> Rows:
+        """As :func:`round_percentages`."""
+        data = [[round_like_polars(v, decimals) for v in col] if k == "float" and n.endswith("_pct") else col
+                for n, k, col in zip(self.columns, self.kinds, self.data, strict=True)]
+        return Rows(self.columns, self.kinds, data)
+
+    def _finite_data(self) -> list[list[Any]]:
+        """NaN as None (:func:`_nan_to_null`)."""
+        return [[None if v is None or v != v else v for v in col] if k == "float" else col
+                for k, col in zip(self.kinds, self.data, strict=True)]
+
+    def _exponent_prone(self, data: list[list[Any]]) -> list[bool]:
+        """As :func:`_exponent_prone`, column by column."""
+        out = []
+        for k, col in zip(self.kinds, data, strict=True):
+            a = [abs(v) for v in col if v is not None] if k == "float" else []
+            lo = min((v for v in a if v > 0), default=None)
+            hi = max(a, default=None)
+            out.append((lo is not None and lo < 1e-4) or (hi is not None and math.isfinite(hi) and hi >= 1e15))
+        return out
+
+    def json_rows(self) -> list[dict[str, Any]]:
+        """As :func:`_json_rows`."""
+        data = self._finite_data()
+        for i, prone in enumerate(self._exponent_prone(data)):
+            if prone:
+                data[i] = [orjson.Fragment(plain_float(v).encode()) if v is not None and math.isfinite(v) else v
+                           for v in data[i]]
+        names = self.columns
+        return [dict(zip(names, row, strict=True)) for row in zip(*data, strict=True)]
+
+    def csv(self, sep: str) -> str:
+        """The CSV (or TSV) text polars writes for the same rows (:func:`_csv_frame`, ``write_csv``)."""
+        data = self._finite_data()
+        cols = []
+        for k, col, prone in zip(self.kinds, data, self._exponent_prone(data), strict=True):
+            if k == "int":
+                cols.append(["" if v is None else str(v) for v in col])
+            elif k == "float":
+                text = plain_float if prone else repr
+                cols.append(["" if v is None else text(v) for v in col])
+            elif k == "bool":
+                cols.append(["" if v is None else "true" if v else "false" for v in col])
+            elif k == "str":
+                cols.append(["" if v is None else _csv_field(v, sep) for v in col])
+            else:
+                cols.append(["" if v is None else _csv_field(dumps(v).decode(), sep) for v in col])
+        lines = [sep.join(_csv_field(n, sep) for n in self.columns)]
+        lines += [sep.join(row) for row in zip(*cols, strict=True)]
+        return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # writers
 
 
@@ -436,18 +565,44 @@ def _floors(names: list[str], natural: list[int], fixed: list[bool]) -> list[int
                                                                                         strict=True)]
 
 
-def _table_cells(df: pl.DataFrame) -> tuple[list[bool], list[list[str]]]:
+class _Grid(NamedTuple):
+    """What a table shows, whatever held the rows: names, which columns are fixed (numbers, dates: never cut),
+    which are numeric (right-aligned), and every cell's display text, column by column."""
+
+    names: list[str]
+    fixed: list[bool]
+    numeric: set[str]
+    cells: list[list[str]]
+
+    @property
+    def height(self) -> int:
+        return len(self.cells[0]) if self.cells else 0
+
+    def select(self, order: list[str]) -> _Grid:
+        at = {n: i for i, n in enumerate(self.names)}
+        return _Grid(list(order), [self.fixed[at[n]] for n in order], self.numeric, [self.cells[at[n]] for n in order])
+
+
+def _grid(data: pl.DataFrame | Rows) -> _Grid:
+    if isinstance(data, Rows):
+        places = {n: _unit_places(n) if k == "float" else None for n, k in zip(data.columns, data.kinds,
+                                                                             strict=True)}
+        return _Grid(list(data.columns), [k not in ("str", "nested") for k in data.kinds],
+                     {n for n, k in zip(data.columns, data.kinds, strict=True) if k in ("int", "float")},
+                     [[_cell_text(v, for_table=True, places=places[n]) for v in col]
+                      for n, col in zip(data.columns, data.data, strict=True)])
     import polars as pl
 
+    df = data
     fixed = [not (t == pl.String or t == pl.Categorical or t.is_nested() or t == pl.Object)
              for t in df.schema.values()]
     places = {n: _unit_places(n) if t.is_float() else None for n, t in df.schema.items()}
     cells = [[_cell_text(v, for_table=True, places=places[n]) for v in df.get_column(n).to_list()]
              for n in df.columns]
-    return fixed, cells
+    return _Grid(list(df.columns), fixed, {n for n, t in df.schema.items() if t.is_numeric()}, cells)
 
 
-def table_plan(df: pl.DataFrame, *, width: int | None, keys: list[str] | None = None,
+def table_plan(df: pl.DataFrame | Rows, *, width: int | None, keys: list[str] | None = None,
                exact: bool = False) -> tuple[str, list[str]]:
     """How ``df`` is shown in ``width`` cells: ``('grid', columns)`` or ``('records', columns)``.
 
@@ -455,15 +610,13 @@ def table_plan(df: pl.DataFrame, *, width: int | None, keys: list[str] | None = 
     ``--columns``): records. With ``keys``: the key columns first, then the others that fit; records when even the
     key columns do not fit. Without keys: the columns from the left that fit.
     """
-    fixed, cells = _table_cells(df)
-    return _plan(df, fixed, cells, width=width, keys=keys, exact=exact)
+    return _plan(_grid(df), width=width, keys=keys, exact=exact)
 
 
-def _plan(df: pl.DataFrame, fixed: list[bool], cells: list[list[str]], *, width: int | None,
-          keys: list[str] | None, exact: bool) -> tuple[str, list[str]]:
+def _plan(g: _Grid, *, width: int | None, keys: list[str] | None, exact: bool) -> tuple[str, list[str]]:
     from rich.cells import cell_len
 
-    names = list(df.columns)
+    names, fixed, cells = g.names, g.fixed, g.cells
     if width is None or not names:
         return "grid", names
     natural = [max([cell_len(n), *map(cell_len, col)]) for n, col in zip(names, cells, strict=True)]
@@ -480,7 +633,7 @@ def _plan(df: pl.DataFrame, fixed: list[bool], cells: list[list[str]], *, width:
     return "grid", names
 
 
-def render_table(df: pl.DataFrame, *, width: int | None = None, bold_header: bool = False,
+def render_table(df: pl.DataFrame | Rows, *, width: int | None = None, bold_header: bool = False,
                  keys: list[str] | None = None, exact: bool = False) -> tuple[str, list[str]]:
     """The table as text no wider than ``width`` (None: as wide as it needs), and the names of left-out columns.
 
@@ -491,69 +644,67 @@ def render_table(df: pl.DataFrame, *, width: int | None = None, bold_header: boo
     return text, dropped
 
 
-def _render(df: pl.DataFrame, *, width: int | None, bold_header: bool, keys: list[str] | None,
+def _render(df: pl.DataFrame | Rows, *, width: int | None, bold_header: bool, keys: list[str] | None,
             exact: bool) -> tuple[str, list[str], str]:
-    fixed, cells = _table_cells(df)
-    mode, order = _plan(df, fixed, cells, width=width, keys=keys, exact=exact)
-    if order != list(df.columns):
-        at = {n: i for i, n in enumerate(df.columns)}
-        df, fixed, cells = df.select(order), [fixed[at[n]] for n in order], [cells[at[n]] for n in order]
+    g = _grid(df)
+    mode, order = _plan(g, width=width, keys=keys, exact=exact)
+    if order != g.names:
+        g = g.select(order)
     if mode == "records":
-        return _records(df, fixed, cells, width=width), [], mode
+        return _records(g, width=width), [], mode
     lead = next((i for i, n in enumerate(order) if n not in set(keys or [])), len(order))
-    text, dropped = _render_grid(df, fixed, cells, width=width, bold_header=bold_header,
+    text, dropped = _render_grid(g, width=width, bold_header=bold_header,
                                  wrap=set(keys or []) if width else set(), first=lead if width else 0)
     return text, dropped, mode
 
 
-def _render_grid(df: pl.DataFrame, fixed: list[bool], cells: list[list[str]], *, width: int | None,
-                 bold_header: bool, wrap: set[str], first: int = 0) -> tuple[str, list[str]]:
+def _render_grid(g: _Grid, *, width: int | None, bold_header: bool, wrap: set[str],
+                 first: int = 0) -> tuple[str, list[str]]:
     from rich.console import Console
     from rich.table import Table
 
-    widths = _layout(df.columns, cells, fixed, width, first)
+    fixed, cells, numeric = g.fixed, g.cells, g.numeric
+    widths = _layout(g.names, cells, fixed, width, first)
     shown = [i for i, w in enumerate(widths) if w is not None]
-    numeric = {n for n, t in df.schema.items() if t.is_numeric()}
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold" if bold_header else None)
     for i in shown:
-        name = df.columns[i]
+        name = g.names[i]
         # a fixed column's width is its full width, so only text is ever cut (or wrapped, for a key column)
         folds = name in wrap and not fixed[i]
         table.add_column(name, justify="right" if name in numeric else "left", width=widths[i], no_wrap=not folds,
                          overflow="fold" if folds else "ellipsis")
-    for r in range(df.height):
+    for r in range(g.height):
         table.add_row(*[cells[i][r] for i in shown])
     buf = io.StringIO()
     total = sum(w for w in widths if w is not None) + _COLUMN_GAP * max(len(shown) - 1, 0)
     Console(file=buf, width=max(total, 1), no_color=not bold_header, force_terminal=bold_header or None,
             highlight=False, emoji=False, markup=False).print(table)
     text = "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
-    return text, [n for n, w in zip(df.columns, widths, strict=True) if w is None]
+    return text, [n for n, w in zip(g.names, widths, strict=True) if w is None]
 
 
-def render_records(df: pl.DataFrame, *, width: int | None = None) -> str:
+def render_records(df: pl.DataFrame | Rows, *, width: int | None = None) -> str:
     """One record per row (psql's expanded display): ``-[ row N ]`` and then a ``name  value`` line per column.
     Text wraps at ``width``; a number is never split (it moves to a line of its own when it does not fit beside
     its name)."""
-    fixed, cells = _table_cells(df)
-    return _records(df, fixed, cells, width=width)
+    return _records(_grid(df), width=width)
 
 
-def _records(df: pl.DataFrame, fixed: list[bool], cells: list[list[str]], *, width: int | None) -> str:
+def _records(g: _Grid, *, width: int | None) -> str:
     import textwrap
 
     from rich.cells import cell_len
 
-    names = list(df.columns)
+    names, fixed, cells = g.names, g.fixed, g.cells
     name_w = min(max(map(cell_len, names), default=0), _NAME_MAX)
     if width is not None:
         name_w = min(name_w, max(width - _TEXT_MIN_WIDTH - _COLUMN_GAP, 8))
     room = None if width is None else max(width - name_w - _COLUMN_GAP, 8)
     lines: list[str] = []
-    if not df.height:  # no rows: the columns there would be, one per line
+    if not g.height:  # no rows: the columns there would be, one per line
         title = "-[ no rows ]"
         return "".join(line + "\n" for line in [title + "-" * max(0, min(width or 40, 40) - len(title)), *names])
-    for r in range(df.height):
+    for r in range(g.height):
         title = f"-[ row {r + 1} ]"
         lines.append(title + "-" * max(0, min(width or 40, 40) - len(title)))
         for i, name in enumerate(names):
@@ -592,7 +743,8 @@ def text_width(stream: IO | None = None, cap: int = 100) -> int:
     return cap if width is None else max(min(width, cap), 20)
 
 
-def _write_table(df: pl.DataFrame, stream: IO[str], stderr: IO | None = None, *, keys: list[str] | None = None,
+def _write_table(df: pl.DataFrame | Rows, stream: IO[str], stderr: IO | None = None, *,
+                 keys: list[str] | None = None,
                  exact: bool = False, note: str | None = None) -> None:
     """On a terminal: fit its width and say which columns were left out. Elsewhere: every column in full."""
     import textwrap
@@ -613,18 +765,25 @@ def _write_table(df: pl.DataFrame, stream: IO[str], stderr: IO | None = None, *,
                 "column", stderr=stderr)
 
 
-def _write_markdown(df: pl.DataFrame, stream: IO[str]) -> None:
+def _write_markdown(df: pl.DataFrame | Rows, stream: IO[str]) -> None:
     def esc(s: str) -> str:
         return s.replace("|", "\\|").replace("\n", " ")
 
-    numeric = {n for n, t in df.schema.items() if t.is_numeric()}
+    if isinstance(df, Rows):
+        numeric = {n for n, k in zip(df.columns, df.kinds, strict=True) if k in ("int", "float")}
+        rows = df.iter_rows()
+    else:
+        numeric = {n for n, t in df.schema.items() if t.is_numeric()}
+        rows = df.iter_rows()
     stream.write("| " + " | ".join(esc(c) for c in df.columns) + " |\n")
     stream.write("|" + "|".join("---:" if c in numeric else "---" for c in df.columns) + "|\n")
-    for row in df.iter_rows():
+    for row in rows:
         stream.write("| " + " | ".join(esc(_cell_text(v, for_table=False)) for v in row) + " |\n")
 
 
-def _json_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+def _json_rows(df: pl.DataFrame | Rows) -> list[dict[str, Any]]:
+    if isinstance(df, Rows):
+        return df.json_rows()
     df = _nan_to_null(df)
     rows = df.rows(named=True)
     for n in _exponent_prone(df):  # written as a number in positional form (orjson would write 5e-9)
@@ -646,14 +805,17 @@ def _csv_frame(df: pl.DataFrame) -> pl.DataFrame:
                                             .to_list()], dtype=pl.String) for n in prone])
 
 
-def render(df: pl.DataFrame, fmt: str) -> bytes:
+def render(df: pl.DataFrame | Rows, fmt: str) -> bytes:
     """The bytes of ``df`` in a text format (everything but ``parquet``)."""
     if fmt == "json":
         return dumps(_json_rows(df)) + b"\n"
     if fmt == "jsonl":
         return b"".join(dumps(r) + b"\n" for r in _json_rows(df))
     if fmt in ("csv", "tsv"):
-        return _csv_frame(df).write_csv(separator="," if fmt == "csv" else "\t", null_value="").encode()
+        sep = "," if fmt == "csv" else "\t"
+        if isinstance(df, Rows):
+            return df.csv(sep).encode()
+        return _csv_frame(df).write_csv(separator=sep, null_value="").encode()
     buf = io.StringIO()
     if fmt == "markdown":
         _write_markdown(df, buf)
@@ -668,7 +830,7 @@ def _binary(stream: IO) -> IO[bytes]:
     return getattr(stream, "buffer", stream)
 
 
-def write_rows(df: pl.DataFrame, *, fmt: str | Format | None = None, out: str | Path | None = None,
+def write_rows(df: pl.DataFrame | Rows, *, fmt: str | Format | None = None, out: str | Path | None = None,
                stdout: IO | None = None, stderr: IO | None = None, quiet: bool = False,
                keys: list[str] | None = None, exact: bool = False, note: str | None = None) -> str:
     """Write a result set: to ``out`` when given (format inferred from its extension), else to stdout.
@@ -689,6 +851,8 @@ def write_rows(df: pl.DataFrame, *, fmt: str | Format | None = None, out: str | 
             raise UsageError("the folder for -o does not exist", path=str(path.parent),
                              hint="create it first or choose another path")
         if fmt == "parquet":
+            if isinstance(df, Rows):
+                raise TypeError("parquet is written from a polars frame, not from Rows")
             _nested_safe_parquet(df, path)
         else:
             path.write_bytes(render(df, fmt) if fmt != "table" else _table_plain(df, note))
@@ -707,7 +871,7 @@ def write_rows(df: pl.DataFrame, *, fmt: str | Format | None = None, out: str | 
     return fmt
 
 
-def _table_plain(df: pl.DataFrame, note: str | None = None) -> bytes:
+def _table_plain(df: pl.DataFrame | Rows, note: str | None = None) -> bytes:
     return ((f"# {note}\n" if note else "") + render_table(df)[0]).encode()
 
 
