@@ -16,7 +16,7 @@ import pytest
 
 from fixtures.kineto_writer import write_kineto
 from fixtures.synthetic import make_run
-from nsys2comm import analysis, catalog
+from nsys2comm import analysis, catalog, storage
 from nsys2comm.ingest import ingest
 from nsys2comm.storage import db
 from nsys2comm.storage import sweeps as cache
@@ -143,7 +143,7 @@ def test_killed_ingest_leaves_no_stale_numbers_and_the_next_ingest_repairs(tmp_p
     def killed(con):
         raise KeyboardInterrupt  # the process died after the file's transaction, before the refresh
 
-    monkeypatch.setattr(cache, "refresh_cache", killed)
+    monkeypatch.setattr(storage, "refresh_cache", killed)  # the name ingest calls
     con = db.connect(path, write=True)
     with pytest.raises(KeyboardInterrupt):
         ingest(con, files[1:], jobs=1)

@@ -81,7 +81,7 @@ def test_every_sweep_is_stored_and_snapshotted(tmp_path):
         assert cache.refresh_cache(con)
         stored = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary "
                                             "AND table_name LIKE '\\_cache\\_%' ESCAPE '\\'").fetchall()}
-        assert stored == {f"_cache{v}" for v in cache.SWEEPS} | {"_cache_key"}
+        assert stored == {f"_cache{v}" for v in cache.SWEEPS} | {"_cache_key", cache.PARTS_TABLE}
         cache.materialize(con)
         snaps = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()}
         assert {cache.snapshot_table(v) for v in cache.SWEEPS} <= snaps

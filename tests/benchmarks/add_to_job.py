@@ -67,8 +67,8 @@ def _trace(workdir: Path, n: int, ranks: int) -> Path:
 def check(db: Path) -> dict:
     """The stored sweeps of ``db`` are used by a read-only session and equal a fresh computation."""
     code = ("import json, sys\n"
-            "from nsys2comm import cache\n"
-            "from nsys2comm.db import connect\n"
+            "from nsys2comm.storage import sweeps as cache\n"
+            "from nsys2comm.storage import connect\n"
             "con = connect(sys.argv[1])\n"
             "used = cache._reading_stored_sweeps(con) == set(cache.SWEEPS)\n"
             "cache._restore_live(con)\n"
