@@ -17,8 +17,6 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from nsys2comm import catalog
-
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_db
 
@@ -35,8 +33,7 @@ ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::Fil
 
 def _db(per_rank: dict[int, list[tuple[str, int, int]]]) -> duckdb.DuckDBPyConnection:
     """Kernels (name, stream, start_ns) per rank, 20 µs long each."""
-    con = duckdb.connect()
-    catalog.install(con)
+    con = synth_db.catalog_db()  # a copy of the catalog template (≈ 0.1 s; installing binds for seconds)
     con.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source, clock_offset_ns) "
                 "VALUES (1, '/synthetic', 'x', 0, 'kineto', 0)")
     kid = 0
@@ -253,3 +250,89 @@ def test_real_trace_detection_matches_its_steps(shared_traces):
     for d, (step_start, _) in zip(det[1:], steps[1:], strict=True):
         want = next(i for i, (_, lt) in enumerate(ks) if lt >= step_start)
         assert abs(starts.index(d["start_ns"]) - want) <= 1
+
+
+def _shuffled_job(rng: random.Random, n: int, comm: list[str], t0: int = 10**9):
+    """n iterations whose GEMM order changes every time (stage 1 finds no period) on stream 7, and whose collectives
+    (``comm``, in an order shuffled per iteration) run on stream 20 between the GEMMs; returns the kernels and each
+    iteration's first collective (its detected start)."""
+    more = [f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize{t}x64x64" for t in (32, 96, 160)]
+    ks, firsts, t = [], [], t0
+    for _ in range(n):
+        gemms = GEMMS + more
+        rng.shuffle(gemms)
+        order = comm[:]
+        rng.shuffle(order)
+        first = None
+        for j, g in enumerate(gemms):
+            ks.append((g, 7, t))
+            t += (25 + rng.randint(0, 20)) * US
+            if j < len(order):
+                ks.append((order[j], 20, t))
+                first = t if first is None else first
+                t += (25 + rng.randint(0, 20)) * US
+        firsts.append(first)
+        t += rng.randint(100, 400) * US
+    return ks, firsts
+
+
+# tier 2: stage 2 (collective bags), the expected boundaries from the generator
+@pytest.mark.parametrize("n", [2, 3, 9])
+def test_collective_bags_when_the_gemm_order_changes(n):
+    """Neither the GEMM order nor the collectives' order repeats; the bag of collectives does: n iterations, each
+    starting at its first collective (iteration 0 at the rank's first kernel), the same count on both ranks."""
+    rng = random.Random(10 + n)
+    per, want = {}, {}
+    for r in range(2):
+        per[r], firsts = _shuffled_job(rng, n, [AR, AR, RS, AG])
+        want[r] = [min(s for _, _, s in per[r])] + firsts[1:]
+    con = _db(per)
+    assert _detected(con) == want
+    rows = con.execute("SELECT DISTINCT detected_from, period_kernels, warmup_kernels, stream_id, ranks_agree "
+                       "FROM iterations()").fetchall()
+    assert rows == [("collective_bags", 4, 0, None, True)]  # stage 1 (kernel_names, tried first) found none
+
+
+def test_collective_bags_last_iteration_differs_and_single_collective():
+    """A last iteration with other collectives is an iteration of its own (its first collective starts it); a rank
+    whose only collective is one repeated all_reduce has no period to read from bags and stays whole_capture."""
+    rng = random.Random(21)
+    ks, firsts = _shuffled_job(rng, 10, [AR, RS, AG])  # 30 of 33 collectives in equal bags: score 0.91
+    tail, tail_firsts = _shuffled_job(rng, 1, [RS, RS, AR], t0=max(s for _, _, s in ks) + 500 * US)
+    single, _ = _shuffled_job(rng, 6, [AR, AR])
+    con = _db({0: ks + tail, 1: single})
+    rows = con.execute("SELECT rank, iteration_source, start_ns FROM iterations() ORDER BY rank, iteration").fetchall()
+    assert [s for r, _, s in rows if r == 0] == [min(s for _, _, s in ks)] + firsts[1:] + tail_firsts
+    assert {src for r, src, _ in rows if r == 0} == {"detected"}
+    assert [src for r, src, _ in rows if r == 1] == ["whole_capture"]
+
+
+# tier 4: HTA's sampled 2-rank trace (ProfilerStep#551, #552), detection against its markers, from the JSON
+def test_hta_two_rank_detection_matches_its_steps(shared_traces):
+    """Its GEMM order and, on rank 1, the order of its all_to_all and all_reduce kernels change between the two steps;
+    the five collectives of each step (two all_to_all, two all_reduce, one all_gather) do not. Detection ignoring the
+    markers finds two iterations per rank, and the second starts at the first NCCL kernel launched inside
+    ProfilerStep#552 (launches by correlation id, read from the JSON)."""
+    from nsys2comm.api import Job
+
+    paths = sorted((shared_traces / "kineto" / "hta_trace_filter_2rank").glob("sampled_rank-*.json.gz"))
+    ns = lambda x: round(x * 1000)  # noqa: E731
+    want = {}
+    for r, p in enumerate(paths):
+        with gzip.open(p) as fh:
+            ev = json.loads(fh.read())["traceEvents"]
+        steps = sorted((ns(e["ts"]), e["name"]) for e in ev
+                       if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+        assert [s for _, s in steps] == ["ProfilerStep#551", "ProfilerStep#552"]
+        launch = {e["args"]["correlation"]: ns(e["ts"]) for e in ev
+                  if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+        nccl = sorted((ns(e["ts"]), launch[e["args"]["correlation"]]) for e in ev
+                      if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel"))
+        first = min(ns(e["ts"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+        want[r] = [first, next(s for s, lt in nccl if lt >= steps[1][0])]
+        assert len(nccl) == 10 and sum(lt >= steps[1][0] for _, lt in nccl) == 5
+    with Job.open([str(p) for p in paths]) as job:
+        det = job.query("iterations", use_markers=False).to_dicts()
+    assert {(d["iteration_source"], d["detected_from"], d["period_kernels"], d["ranks_agree"]) for d in det} == {
+        ("detected", "collective_bags", 5, True)}
+    assert {r: [d["start_ns"] for d in det if d["rank"] == r] for r in (0, 1)} == want
