@@ -1,7 +1,7 @@
 """Adding a big trace to an existing job against ingesting it into a new database (issue 37, item 2).
 
     python -m tests.benchmarks.add_to_job [--kernels 500000,1000000,2000000,5000000] [--ranks 1]
-        [--workdir DIR] [--keep] [--check] [--out bench-results/add_to_job.json]
+        [--grow 100000] [--workdir DIR] [--keep] [--check] [--out bench-results/add_to_job.json]
 
 For each N: an nsys export of N kernels (``fixtures.nsys_writer.write_large_nsys``, ``--ranks`` processes, one
 runtime launch per kernel, every 10th kernel an NCCL AllReduce), ingested with ``--rank 8`` (after the bundled
@@ -9,6 +9,10 @@ runtime launch per kernel, every 10th kernel an NCCL AllReduce), ingested with `
 
 - ``new``: into a new database;
 - ``add``: into a copy of the bundled example's database (``fixtures/example``, ingested once beforehand);
+
+- ``grow`` (with ``--grow K``): a trace of K kernels added as rank 9 to the database ``add`` made (example + N),
+  against the same trace into a new database: the refresh after it recomputes the per-rank sweeps of rank 9 only,
+  so its cost follows K, not N (plus the cross-rank sweeps over the whole job);
 
 each with ``nsys2comm ingest … --quiet`` in a fresh process (start-up, decode, write, stored-sweep refresh).
 The goal: ``add`` within 1.5x of ``new``. ``--check`` then opens the added-to database read-only and checks that
@@ -83,7 +87,7 @@ def check(db: Path) -> dict:
     raise RuntimeError(f"check of {db} failed:\n{proc.stderr[-3000:]}")
 
 
-def run(kernels: list[int], ranks: int, workdir: Path, do_check: bool) -> dict:
+def run(kernels: list[int], ranks: int, workdir: Path, do_check: bool, grow: int = 0) -> dict:
     base = workdir / "example.duckdb"
     _remove_db(base)
     base_s = _nsys2comm("ingest", str(EXAMPLE), "--db", str(base), "--quiet")
@@ -101,6 +105,14 @@ def run(kernels: list[int], ranks: int, workdir: Path, do_check: bool) -> dict:
         add_s = _nsys2comm("ingest", str(trace), "--db", str(add), "--rank", str(ADDED_RANK), "--quiet")
         step = {"kernels": n, "processes": ranks, "new_db_s": round(new_s, 2), "add_to_example_s": round(add_s, 2),
                 "ratio": round(add_s / new_s, 2), "add_kernels_per_s": round(n / add_s)}
+        if grow:
+            small = _trace(workdir, grow, 1)
+            _remove_db(new)
+            small_new_s = _nsys2comm("ingest", str(small), "--db", str(new), "--rank", str(ADDED_RANK + 1), "--quiet")
+            grow_s = _nsys2comm("ingest", str(small), "--db", str(add), "--rank", str(ADDED_RANK + 1), "--quiet")
+            step.update(grow_kernels=grow, grow_new_db_s=round(small_new_s, 2), grow_add_s=round(grow_s, 2))
+            print(f"  {grow:,} kernels: new database {small_new_s:.2f} s, added to example + {n:,} {grow_s:.2f} s",
+                  flush=True)
         if do_check:
             step["check"] = check(add)
         print(f"  {n:,} kernels: new database {new_s:.2f} s, added to the example {add_s:.2f} s "
@@ -119,12 +131,13 @@ def main() -> None:
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--grow", type=int, default=0, help="kernels of a second trace added after each step (rank 9)")
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "add_to_job.json"))
     a = ap.parse_args()
     work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="nsys2comm-add-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        res = run([int(k) for k in a.kernels.split(",") if k], a.ranks, work, a.check)
+        res = run([int(k) for k in a.kernels.split(",") if k], a.ranks, work, a.check, a.grow)
     finally:
         if not a.keep and not a.workdir:
             shutil.rmtree(work, ignore_errors=True)
