@@ -198,11 +198,12 @@ def compare_sides(base: Side, new: Side, con) -> Comparison:
 def _iteration_note(tag: str, b: dict) -> str | None:
     """What a side's steps are, when they are not its step markers."""
     if b["iteration_source"] == "detected":
-        note = (f"{tag}: no step markers; a step is an iteration detected from the repeating communication and GEMM "
-                f"kernel sequence (iterations: {b['steps']} on the rank with the most)")
+        note = (f"{tag}: no step markers; a step is an iteration detected from the repeating kernel sequence or, "
+                f"where that order varies, the repeating set of collectives (iterations: {b['steps']} on the rank "
+                "with the most)")
         return note + ("; the ranks found different numbers of iterations" if b["ranks_agree"] is False else "")
     if b["iteration_source"] == "whole_capture":
-        return f"{tag}: no steps (no step markers, and no repeating kernel sequence was detected)"
+        return f"{tag}: no steps (no step markers, and no repeating kernel sequence or set of collectives was detected)"
     return None
 
 
@@ -215,7 +216,7 @@ def _missing(base: Side, new: Side, basis: dict, rows: pl.DataFrame, head: dict,
         out += [f"{tag}: {failed_line(q, why)}" for q, why in side.failed.items()]
     if per == "window":
         out.append("per capture window: the runs do not both have iterations (step markers or a detected repeating "
-                   "kernel sequence), so no figure is per step or a step-time impact; impact_ns is the change in "
+                   "kernel pattern), so no figure is per step or a step-time impact; impact_ns is the change in "
                    "exposed communication over the matched work (per (collective, size bucket): operations found in "
                    "both runs × the change in exposed ns per operation; see the *_per_op rows)")
         if work.height:

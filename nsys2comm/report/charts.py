@@ -585,7 +585,7 @@ def late_arrival_chart(df: pl.DataFrame) -> alt.Chart:
 MAX_TREND_RANKS = 16  # lines drawn: the lowest ranks
 TREND_FLAGS = {"normal": "#4C78A8", "warmup": "#F58518", "outlier": "#B5323A", "not evaluated": "#BAB0AC"}
 _TREND_SOURCE = {"marker": "iterations from the step markers", "detected": "iterations detected from the repeating "
-                 "communication and GEMM kernel sequence (no step markers)", "whole_capture": "the whole capture as "
+                 "kernel sequence or set of collectives (no step markers)", "whole_capture": "the whole capture as "
                  "one iteration"}
 
 

@@ -204,7 +204,7 @@ CHANGES_WINDOW_INTRO = (
 CHANGES_SECTION = SectionSpec(
     "sec-changes", "What changed",
     "This run against the baseline (nsys2comm diff BASE NEW), per step: totals are divided by each run's steps. "
-    "A step is a marked step, or an iteration detected from the repeating kernel sequence where a run has no "
+    "A step is a marked step, or an iteration detected from the repeating kernel pattern where a run has no "
     "markers. Impact is, on the rows of exposed communication and idle time (the job's, a rank's, a collective's size "
     "bucket's), their own change per step; the rows that explain it have none. Rows are sorted by it.", (
         ChartSpec("chart-changes-rank", "Grouped bars, one pair per rank: exposed communication per step in the "
