@@ -582,7 +582,7 @@ def diff_(
     Each row gives base, new, delta and delta_pct (empty where not available or base is 0), and impact_ns: on the
     rows that are exposed communication or idle time, their change in ns per step (empty on the rows that explain
     it). Totals are divided by the steps of each run, so runs of different length compare; a run without step
-    markers counts the iterations detected from its repeating kernel sequence as steps. When a run has neither,
+    markers counts the iterations detected from its repeating kernel pattern as steps. When a run has neither,
     the diff is per capture window (*_per_window rows, no step-time impact): impact_ns is then the change in
     exposed communication over the work both runs hold (per collective and size bucket, see the *_per_op rows).
     The catalog's diff_* queries hold every definition. With a threshold option
@@ -1142,10 +1142,70 @@ def _on_sigterm(signum, frame) -> None:
     sys.exit(128 + signum)
 
 
+# `nsys2comm query DB NAME [-f FORMAT] [-o FILE] [-p K=V]... [-c COLS] [--step-marker NAME]` is parsed here, without
+# typer's parse (its pydantic coercion of every parameter costs a fresh process ~0.12 s idle, more than the query
+# itself on most jobs); anything else, or anything this parser is not sure of, goes to typer, whose parse gives the
+# same values (tests/test_output_cli_parse.py compares the two).
+_PLAIN_QUERY_OPTS = {"-f": "fmt", "--format": "fmt", "-o": "output", "--output": "output", "-p": "param",
+                     "--param": "param", "-c": "columns", "--columns": "columns", "--step-marker": "step_marker"}
+
+
+def plain_query_args(argv: list[str]) -> dict | None:
+    """``query``'s arguments from ``argv`` (after the program name) where they are plain, else None (typer)."""
+    if len(argv) < 3 or argv[0] != "query" or "_NSYS2COMM_COMPLETE" in os.environ:
+        return None
+    kw: dict = {"param": []}
+    positional: list[str] = []
+    tokens = iter(argv[1:])
+    for tok in tokens:
+        if not tok.startswith("-"):
+            positional.append(tok)
+            continue
+        opt, eq, value = tok.partition("=")
+        dest = _PLAIN_QUERY_OPTS.get(opt)
+        if dest is None or (eq and not opt.startswith("--")):
+            return None
+        if not eq:
+            value = next(tokens, None)
+        if value is None or value.startswith("-") or (dest in kw and dest != "param"):
+            return None  # a value that looks like an option, or one given twice: typer's rules
+        if dest == "param":
+            kw["param"].append(value)
+        else:
+            kw[dest] = value
+    return _plain_query_values(positional, kw)
+
+
+def _plain_query_values(positional: list[str], kw: dict) -> dict | None:
+    """The values typer would give ``query`` (FORMAT as the enum, FILE as a Path), or None where typer would
+    refuse them (it says why)."""
+    if len(positional) < 2:
+        return None
+    if "fmt" in kw:
+        fmt = kw["fmt"]
+        if not fmt.isascii() or fmt.lower() not in out_.FORMATS:
+            return None
+        kw["fmt"] = Format(fmt.lower())
+    if "output" in kw:
+        if os.path.exists(kw["output"]) and not (os.path.isfile(kw["output"]) and os.access(kw["output"], os.R_OK)):
+            return None
+        kw["output"] = Path(kw["output"])
+    return {"sources": positional[:-1], "name": positional[-1], "param": kw["param"] or None,
+            **{k: v for k, v in kw.items() if k != "param"}}
+
+
 def main() -> None:
     """Console-script entry point."""
     with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
         signal.signal(signal.SIGTERM, _on_sigterm)
+    args = plain_query_args(sys.argv[1:])
+    if args is not None:
+        _state["debug"] = os.environ.get("NSYS2COMM_DEBUG", "") not in ("", "0")  # as the app's callback
+        try:
+            query(**args)
+        except typer.Exit as e:
+            sys.exit(e.exit_code)
+        sys.exit(EXIT_OK)
     app(prog_name="nsys2comm")
 
 

@@ -1,11 +1,15 @@
 """Start-up of a fresh ``nsys2comm query`` process, by phase, with the machine-speed probe before and after.
 
     python -m tests.benchmarks.startup JOB.duckdb [--query run_overview] [--samples 5]
+    python -m tests.benchmarks.startup JOB.duckdb --each      # every public query, the whole command each
 
 Each sample is a fresh ``python -c`` that times, in turn: ``import nsys2comm.cli``; opening the job and its catalog
-check (``db.connect``); ``import polars``; the query and its frame (``analysis.run_query``). Then the whole command
-``nsys2comm query JOB QUERY --format csv`` and a bare interpreter (``python -c pass``), fresh processes each.
-Medians are printed; compare runs only through the probe (bench.py ``_speed_probe``).
+check (``storage.connect``); the query's rows as the CLI writes them without polars (``cli._plain_rows``); and, for
+reference, ``import polars`` (what a format or option that needs polars adds). Then, fresh processes each: the
+whole command ``nsys2comm query JOB QUERY --format csv``, ``python -c "import duckdb"`` (the floor: DuckDB's own
+import) and a bare interpreter (``python -c pass``). Medians are printed; compare runs only through the probe
+(bench.py ``_speed_probe``). ``--each`` runs every public query (``_measure.query_names``) as the whole command,
+a fresh process each, and prints each time, the total and the slowest.
 """
 
 from __future__ import annotations
@@ -20,17 +24,19 @@ _PHASES = r'''
 import time; t0 = time.perf_counter()
 import nsys2comm.cli
 t1 = time.perf_counter()
-from nsys2comm import analysis
+from nsys2comm import cli
+from nsys2comm.api import Job
 from nsys2comm.storage import db
 con = db.connect({db!r})
 t2 = time.perf_counter()
-import polars
+rows = cli._plain_rows(Job(con, path={db!r}), {query!r}, {{}}, fmt="csv", output=None, timeunit=None, relative=False)
 t3 = time.perf_counter()
-analysis.run_query(con, {query!r}, {{}})
+import polars
 t4 = time.perf_counter()
+assert rows is not None, "this query's rows go through polars"
 print(t1 - t0, t2 - t1, t3 - t2, t4 - t3)
 '''
-PHASES = ("import nsys2comm.cli", "open + catalog check", "import polars", "query + frame")
+PHASES = ("import nsys2comm.cli", "open + catalog check", "query rows (no polars)", "(import polars)")
 
 
 def _wall(cmd: list[str]) -> float:
@@ -49,9 +55,25 @@ def measure(db: str, query: str = "run_overview", samples: int = 5) -> dict:
     out = {name: round(statistics.median(col), 3) for name, col in zip(PHASES, zip(*rows, strict=True), strict=True)}
     out["whole command"] = round(statistics.median(
         _wall([sys.executable, "-m", "nsys2comm", "query", db, query, "--format", "csv"]) for _ in range(samples)), 3)
+    out["import duckdb alone"] = round(statistics.median(
+        _wall([sys.executable, "-c", "import duckdb"]) for _ in range(samples)), 3)
     out["bare interpreter"] = round(statistics.median(_wall([sys.executable, "-c", "pass"]) for _ in range(samples)), 3)
     probe.append(_speed_probe())
     return {"seconds": out, "speed_probe_s": probe}
+
+
+def each_query(db: str) -> dict:
+    """Every public query as the whole command ``nsys2comm query JOB NAME --format csv``, a fresh process each."""
+    from tests.benchmarks._measure import query_names
+    from tests.benchmarks.bench import _speed_probe
+
+    probe = [_speed_probe()]
+    times = {n: round(_wall([sys.executable, "-m", "nsys2comm", "query", db, n, "--format", "csv"]), 3)
+             for n in query_names()}
+    probe.append(_speed_probe())
+    slowest = max(times, key=times.__getitem__)
+    return {"seconds": times, "total_s": round(sum(times.values()), 2), "slowest": slowest,
+            "slowest_s": times[slowest], "speed_probe_s": probe}
 
 
 def main() -> None:
@@ -59,7 +81,15 @@ def main() -> None:
     ap.add_argument("db")
     ap.add_argument("--query", default="run_overview")
     ap.add_argument("--samples", type=int, default=5)
+    ap.add_argument("--each", action="store_true", help="every public query as the whole command, once each")
     a = ap.parse_args()
+    if a.each:
+        res = each_query(a.db)
+        for k, v in res["seconds"].items():
+            print(f"{k:32} {v:7.3f} s")
+        print(f"total {res['total_s']} s over {len(res['seconds'])} queries; slowest {res['slowest']} "
+              f"{res['slowest_s']} s; machine speed probe (before, after): {res['speed_probe_s']} s")
+        return
     res = measure(a.db, a.query, a.samples)
     for k, v in res["seconds"].items():
         print(f"{k:24} {v:7.3f} s")
