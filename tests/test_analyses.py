@@ -258,9 +258,9 @@ def test_sweep_property(ks):
     c = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     c.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source) VALUES (1, 'x', 'x', 0, 'kineto')")
     c.execute("INSERT INTO ranks VALUES (0, 1, NULL, NULL, 1, 'cli')")
-    for i, (n, s, d) in enumerate(ks):
+    for i, (n, s, d) in enumerate(ks):  # kernel_class by the catalog's macro, bound once per name (synth_db.classify)
         c.execute("INSERT INTO kernels (kernel_id, file_id, rank, device_id, start_ns, end_ns, name, short_name, "
-                  "kernel_class) VALUES (?, 1, 0, 0, ?, ?, ?, ?, kernel_class(?))", [i, s, s + d, n, n, n])
+                  "kernel_class) VALUES (?, 1, 0, 0, ?, ?, ?, ?, ?)", [i, s, s + d, n, n, synth_db.classify(c, n)[1]])
     cls = {"ncclDevKernel_AllReduce": "comm", "nvjet_gemm": "gemm", "elementwise": "comp", "Memcpy DtoD": "mem"}
     sets = {k: set() for k in cls.values()}
     for n, s, d in ks:

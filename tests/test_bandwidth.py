@@ -19,7 +19,7 @@ import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synth_db import catalog_db
+from synth_db import catalog_db, classify
 from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 from fixtures import synthetic as syn
@@ -256,8 +256,8 @@ def test_headline_never_above_the_peak(cat, job):
             kid += 1
             name = syn.comm_kernel_name(coll if coll != "all_to_all" else "send", "Float", "new")
             con.execute("INSERT INTO kernels (kernel_id, file_id, rank, device_id, start_ns, end_ns, name, short_name, "
-                        "grid_x, kernel_class) VALUES (?, 1, ?, ?, ?, ?, ?, kernel_short_name(?), 8, "
-                        "'communication')", [kid, r, r, t0 + arrive[r], end, name, name])
+                        "grid_x, kernel_class) VALUES (?, 1, ?, ?, ?, ?, ?, ?, 8, 'communication')",
+                        [kid, r, r, t0 + arrive[r], end, name, classify(con, name)[0]])  # macros bound once per name
             con.execute("INSERT INTO comm_ops (kernel_id, file_id, rank, collective, msg_bytes, group_size, pg_name, "
                         "pg_ranks, seq, n_ops, collective_source) VALUES (?, 1, ?, ?, ?, ?, '0', ?, ?, 1, "
                         "'kernel_args')", [kid, r, coll, nbytes, n, list(range(n)), seq])

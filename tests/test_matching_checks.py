@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from synth_db import catalog_db
+from synth_db import catalog_db, classify
 from tiers import examples  # tier: the inner loop runs fewer examples (tests/tiers.py)
 
 from nsys2comm import analysis
@@ -42,10 +42,11 @@ class Job:
            pg: str | None = "0", seq: int | None = None, msg_bytes: int = MIB, group_size: int | None = None,
            pg_ranks: list[int] | None = None) -> int:
         self.kid += 1
+        short_name, kernel_class = classify(self.con, NCCL)  # the catalog's macros, bound once per name
         self.con.execute("INSERT INTO kernels (kernel_id, file_id, rank, device_id, stream_id, start_ns, end_ns, name, "
-                         "short_name, correlation_id, kernel_class) VALUES (?, 1, ?, 0, 20, ?, ?, ?, "
-                         "kernel_short_name(?), ?, kernel_class(?))",
-                         [self.kid, rank, int(start_us * US), int(end_us * US), NCCL, NCCL, self.kid, NCCL])
+                         "short_name, correlation_id, kernel_class) VALUES (?, 1, ?, 0, 20, ?, ?, ?, ?, ?, ?)",
+                         [self.kid, rank, int(start_us * US), int(end_us * US), NCCL, short_name, self.kid,
+                          kernel_class])
         if collective is not None:
             self.con.execute("INSERT INTO comm_ops (kernel_id, file_id, rank, collective, msg_bytes, group_size, "
                              "pg_name, pg_ranks, seq, n_ops, collective_source) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, 1, "
