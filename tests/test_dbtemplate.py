@@ -16,9 +16,38 @@ from nsys2comm.storage import template as dbtemplate
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch) -> Path:
+    """An empty user cache directory: the first new database builds the template there (seconds of binding)."""
     d = tmp_path / "cache"
     monkeypatch.setenv("NSYS2COMM_CACHE_DIR", str(d))
     return d
+
+
+@pytest.fixture(scope="module")
+def _built_template(tmp_path_factory) -> Path:
+    """A template built once by the product (db.ensure_template into a cache directory of its own)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NSYS2COMM_CACHE_DIR", str(tmp_path_factory.mktemp("built-cache")))
+        assert db.ensure_template() is True
+        return dbtemplate.template_path()
+
+
+@pytest.fixture
+def built_cache_dir(cache_dir, _built_template) -> Path:
+    """``cache_dir`` holding a copy of the template that ensure_template built: for the tests that are not about
+    building it (each would otherwise build its own)."""
+    cache_dir.mkdir(parents=True)
+    shutil.copyfile(_built_template, dbtemplate.template_path())
+    return cache_dir
+
+
+@pytest.fixture(scope="module")
+def installed_definitions(tmp_path_factory) -> str:
+    """The definitions of a fresh catalog.install into a database file, installed once for the module."""
+    path = tmp_path_factory.mktemp("installed") / "installed.duckdb"
+    installed = duckdb.connect(str(path))
+    catalog.install(installed)
+    installed.close()
+    return _definitions(path)
 
 
 def _definitions(path: Path) -> str:
@@ -49,15 +78,13 @@ def _unwritable_cache(tmp_path, monkeypatch) -> None:
 
 
 
-def test_a_new_database_is_the_template_copy_and_holds_the_installed_catalog(tmp_path, cache_dir):
-    con = db.connect(tmp_path / "job.duckdb", write=True, objects=False)
+def test_a_new_database_is_the_template_copy_and_holds_the_installed_catalog(tmp_path, cache_dir,
+                                                                             installed_definitions):
+    con = db.connect(tmp_path / "job.duckdb", write=True, objects=False)  # builds the template, copies it
     assert catalog.is_installed(con)  # objects=False would have given the tables alone
     con.close()
     assert dbtemplate.template_path().parent == cache_dir and dbtemplate.template_path().is_file()
-    installed = duckdb.connect(str(tmp_path / "installed.duckdb"))
-    catalog.install(installed)
-    installed.close()
-    assert _definitions(tmp_path / "job.duckdb") == _definitions(tmp_path / "installed.duckdb")
+    assert _definitions(tmp_path / "job.duckdb") == installed_definitions
     assert not list(cache_dir.glob(".*")) and not list(tmp_path.glob(".*creating"))  # no leftovers
 
 
@@ -73,7 +100,7 @@ def test_ensure_template_builds_it_once_and_new_databases_copy_it(tmp_path, cach
     assert dbtemplate.template_path().stat().st_mtime_ns == built.st_mtime_ns  # copied, not rebuilt
 
 
-def test_ingest_into_a_template_copy_gives_the_same_rows_as_without(tmp_path, cache_dir, monkeypatch):
+def test_ingest_into_a_template_copy_gives_the_same_rows_as_without(tmp_path, built_cache_dir, monkeypatch):
     from fixtures.kineto_writer import write_kineto
     from fixtures.synthetic import make_run
 
@@ -86,8 +113,8 @@ def test_ingest_into_a_template_copy_gives_the_same_rows_as_without(tmp_path, ca
     assert with_template.height > 0 and with_template.equals(without)
 
 
-def test_a_template_changed_by_hand_is_not_trusted(tmp_path, cache_dir):
-    db.connect(tmp_path / "first.duckdb", write=True).close()  # builds the template
+def test_a_template_changed_by_hand_is_not_trusted(tmp_path, built_cache_dir):
+    db.connect(tmp_path / "first.duckdb", write=True).close()  # a copy of the template, trusted
     _tamper_with_the_template()
     con = db.connect(tmp_path / "job.duckdb", write=True)
     assert catalog.is_installed(con)  # reinstalled over the copy
@@ -104,7 +131,7 @@ def test_without_a_writable_cache_the_database_is_installed_in_place(tmp_path, m
     con.close()
 
 
-def test_a_database_that_appears_meanwhile_is_never_replaced(tmp_path, cache_dir, monkeypatch):
+def test_a_database_that_appears_meanwhile_is_never_replaced(tmp_path, built_cache_dir, monkeypatch):
     target = tmp_path / "job.duckdb"
     real_copy = shutil.copyfile
 
@@ -119,14 +146,14 @@ def test_a_database_that_appears_meanwhile_is_never_replaced(tmp_path, cache_dir
     assert not list(tmp_path.glob(".*creating"))
 
 
-def test_an_existing_database_or_wal_is_left_to_duckdb(tmp_path, cache_dir):
+def test_an_existing_database_or_wal_is_left_to_duckdb(tmp_path, built_cache_dir):
     wal_only = tmp_path / "job.duckdb"
     Path(f"{wal_only}.wal").write_bytes(b"")
     assert not dbtemplate.create(wal_only, {}) and not wal_only.exists()
 
 
 @pytest.mark.parametrize("name", ["job.duckdb", "memory.duckdb", "it's \"quoted\".duckdb"])
-def test_a_writer_stores_small_row_groups_on_the_file_for_its_cursors_too(tmp_path, cache_dir, name):
+def test_a_writer_stores_small_row_groups_on_the_file_for_its_cursors_too(tmp_path, built_cache_dir, name):
     """Writers attach the file with db.WRITER_ROW_GROUP_ROWS (a table under one row group goes to the write-ahead
     log and is written again at the checkpoint): the file is the default database of the connection and of its
     cursors (the stored sweeps run on cursors), and DuckDB spills beside it as it would by itself."""
@@ -145,7 +172,7 @@ def test_a_writer_stores_small_row_groups_on_the_file_for_its_cursors_too(tmp_pa
     reader.close()
 
 
-def test_a_duckdb_whose_cursors_lose_the_file_gets_a_plain_writer(tmp_path, cache_dir, monkeypatch):
+def test_a_duckdb_whose_cursors_lose_the_file_gets_a_plain_writer(tmp_path, built_cache_dir, monkeypatch):
     """DuckDB 1.2-1.4 leave a cursor without a default database once the in-memory one is detached: the writer is
     then a plain connection (DuckDB's row groups), never one whose cursors cannot see the job."""
     real = duckdb.connect
@@ -182,7 +209,8 @@ def _refuse_install(monkeypatch) -> None:
 
 
 # tier 2: the in-memory job's catalog, object for object, against a fresh install
-def test_an_in_memory_job_is_a_template_copy_with_the_installed_catalog(tmp_path, cache_dir, monkeypatch):
+def test_an_in_memory_job_is_a_template_copy_with_the_installed_catalog(cache_dir, monkeypatch,
+                                                                         installed_definitions):
     assert db.ensure_template() is True
     _refuse_install(monkeypatch)
     con = db.connect(None, objects=False)
@@ -192,16 +220,13 @@ def test_an_in_memory_job_is_a_template_copy_with_the_installed_catalog(tmp_path
         (db._writer_temp_directory(), False, False)]  # the configuration connect(None) gives
     assert con.execute("SELECT count(*) FROM duckdb_databases() WHERE NOT internal").fetchall() == [(1,)]  # detached
     monkeypatch.undo()
-    installed = duckdb.connect(str(tmp_path / "installed.duckdb"))
-    catalog.install(installed)
-    installed.close()
-    assert con.execute(catalog._DEFINITIONS_SQL).fetchall()[0][0] == _definitions(tmp_path / "installed.duckdb")
+    assert con.execute(catalog._DEFINITIONS_SQL).fetchall()[0][0] == installed_definitions
     assert con.execute("SELECT count(*) FROM files").fetchall() == [(0,)]
     con.close()
 
 
 # tier 2: a template edited by hand, before or after a copy of it was trusted, is not copied
-def test_an_in_memory_job_does_not_trust_a_template_changed_by_hand(tmp_path, cache_dir):
+def test_an_in_memory_job_does_not_trust_a_template_changed_by_hand(tmp_path, built_cache_dir):
     db.ensure_template()
     assert dbtemplate.memory_copy({}) is not None  # checked once, trusted for this file state
     _tamper_with_the_template()
@@ -223,7 +248,7 @@ def test_without_a_writable_cache_an_in_memory_job_installs_the_catalog(tmp_path
 
 
 # tier 2: a fresh copy spares ingest its catalog check once, and only for that connection
-def test_a_fresh_in_memory_copy_is_taken_once(cache_dir):
+def test_a_fresh_in_memory_copy_is_taken_once(built_cache_dir):
     con = db.memory_job()
     other = duckdb.connect()
     assert db.take_fresh_copy(con) is True
@@ -233,7 +258,7 @@ def test_a_fresh_in_memory_copy_is_taken_once(cache_dir):
 
 
 # tier 3: traces opened directly (in memory, no catalog install) give the rows a job database file gives
-def test_traces_opened_in_memory_give_the_rows_of_a_database_file(tmp_path, cache_dir, monkeypatch):
+def test_traces_opened_in_memory_give_the_rows_of_a_database_file(tmp_path, built_cache_dir, monkeypatch):
     from fixtures.kineto_writer import write_kineto
     from fixtures.synthetic import make_run
 
