@@ -203,6 +203,7 @@ def test_empty_db_every_object_runs():
             assert df.height == 0, obj.name
 
 
+@pytest.mark.slow  # tier: slow (every catalog query twice, ~40 CPU-s on the synthetic job; CI runs it)
 @pytest.mark.parametrize("job", ["synthetic", "empty"])
 def test_rows_frame_equals_duckdb_polars_conversion(con, job):
     """run_query's rows travel through the Arrow C stream (analysis.rows_frame), not DuckDB's .pl(): the frames

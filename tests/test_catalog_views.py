@@ -29,6 +29,7 @@ def test_views_cover_the_argument_free_analyses():
             assert not o.required_params and o.public
 
 
+@pytest.mark.slow  # tier: slow (every view and its macro on a plain client, no stored sweeps: ~30 CPU-s; CI runs it)
 def test_plain_duckdb_client_lists_and_reads_them(job_db):
     con = duckdb.connect(str(job_db), read_only=True)
     try:

@@ -299,6 +299,7 @@ def test_script_json_cannot_close_the_tag():
     assert "<" not in s and ">" not in s and "\u2028" not in s
 
 
+@pytest.mark.slow  # tier: slow (a 300,000-kernel report, ~20 CPU-s: a benchmark; CI runs it)
 def test_large_job_stays_small_and_fast(tmp_path):
     con = fill_job(connect(None), make_run(world_size=8, steps=2))
     replicate(con, steps=50, rank_copies=16)  # 128 ranks x 100 steps
