@@ -162,3 +162,17 @@ def test_the_scoped_cursor_reads_the_scope_only(tmp_path, traces):
         cur.close()
     finally:
         con.close()
+
+
+# tier 3 (subprocess): the harness of docs/performance.md "Adding to an existing job" runs end to end at a small size
+# and its added-to database holds stored sweeps that readers use and that equal a fresh computation (figures are
+# read by people, never asserted)
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_add_to_job_harness_smoke(tmp_path):
+    from tests.benchmarks.add_to_job import run
+
+    res = run([20_000], 1, tmp_path, True, grow=2_000)
+    (step,) = res["steps"]
+    assert step["kernels"] == 20_000 and step["new_db_s"] > 0 and step["grow_add_s"] > 0
+    assert step["check"] == {"stored_sweeps_used": True, "sweeps_differing": []}
