@@ -67,13 +67,29 @@ def _files(shared_traces: Path) -> list[Path]:
     return sorted((shared_traces / "kineto").rglob("*.json.gz"))
 
 
+@pytest.fixture(scope="module")
+def shared_ingest(shared_traces):
+    """``shared_ingest(dataset)`` -> (paths, in-memory job, ingest results): each real dataset is ingested once for
+    the module (tests only read the job) instead of once per test that checks it."""
+    jobs: dict[str, tuple] = {}
+
+    def get(dataset: str) -> tuple:
+        if dataset not in jobs:
+            paths = sorted((shared_traces / "kineto" / dataset).glob("*.json.gz"))
+            con = db.connect(None)
+            jobs[dataset] = (paths, con, ingest(con, paths, jobs=1))
+        return jobs[dataset]
+
+    yield get
+    for _paths, con, _res in jobs.values():
+        con.close()
+
+
 @pytest.mark.parametrize("dataset", ["hta_trace_filter_2rank", "hta_nccl_parser_config", "hta_df_index_resolver",
                                      "param_dlrm_8rank"])
-def test_shared_traces_ingest(shared_traces, dataset):
-    paths = sorted((shared_traces / "kineto" / dataset).glob("*.json.gz"))
+def test_shared_traces_ingest(shared_ingest, dataset):
+    paths, con, res = shared_ingest(dataset)
     assert paths
-    con = db.connect(None)
-    res = ingest(con, paths, jobs=1)
     assert [r.status for r in res] == ["ingested"] * len(paths)
     for r, path in zip(res, paths, strict=False):
         exp = _independent(_load(path))
@@ -489,12 +505,10 @@ def _recorded(doc: dict) -> dict:
 
 @pytest.mark.parametrize("dataset", ["hta_trace_filter_2rank", "hta_nccl_parser_config", "hta_df_index_resolver",
                                      "param_dlrm_8rank"])
-def test_shared_traces_every_recorded_size_found(shared_traces, dataset):
+def test_shared_traces_every_recorded_size_found(shared_ingest, dataset):
     """Every communication kernel whose size the file records has that size, its collective and its group size in
     comm_ops (issue 9: 100 % found, 0 wrong)."""
-    paths = sorted((shared_traces / "kineto" / dataset).glob("*.json.gz"))
-    con = db.connect(None)
-    res = ingest(con, paths, jobs=1)
+    paths, con, res = shared_ingest(dataset)
     for r, path in zip(res, paths, strict=False):
         exp = _recorded(_load(path))
         got = {corr: (c, m, g, src) for corr, c, m, g, src in con.execute(
