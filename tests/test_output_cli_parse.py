@@ -75,12 +75,9 @@ _OPTIONS = st.lists(st.one_of(
        st.sampled_from(["run_overview", "step_timeline", "nope"]), _OPTIONS, st.booleans(), st.integers(0, 5))
 def test_plain_parse_gives_what_typer_gives(sources, name, options, joined, at):
     with pytest.MonkeyPatch.context() as mp:
-        flat: list[str] = []
-        for opt, value in options:
-            flat += [f"{opt}={value}"] if joined and opt.startswith("--") else [opt, value]
-        positional = [*sources, name]
-        at = min(at, len(flat)) // 2 * 2 if not joined else min(at, len(flat))
-        argv = ["query", *flat[:at], *positional, *flat[at:]]
+        groups = [[f"{opt}={value}"] if joined and opt.startswith("--") else [opt, value] for opt, value in options]
+        at = min(at, len(groups))  # the arguments go between two options, never between an option and its value
+        argv = ["query", *sum(groups[:at], []), *sources, name, *sum(groups[at:], [])]
         once = {o for o, _ in options if o not in ("-p", "--param")}
         dests = [cli._PLAIN_QUERY_OPTS[o] for o, _ in options if o in once]
         plain = cli.plain_query_args(argv)

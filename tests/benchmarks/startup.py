@@ -1,7 +1,7 @@
 """Start-up of a fresh ``nsys2comm query`` process, by phase, with the machine-speed probe before and after.
 
     python -m tests.benchmarks.startup JOB.duckdb [--query run_overview] [--samples 5]
-    python -m tests.benchmarks.startup JOB.duckdb --each      # every public query, the whole command each
+    python -m tests.benchmarks.startup JOB.duckdb --each [--limit 20]   # every public query, whole command each
 
 Each sample is a fresh ``python -c`` that times, in turn: ``import nsys2comm.cli``; opening the job and its catalog
 check (``storage.connect``); the query's rows as the CLI writes them without polars (``cli._plain_rows``); and, for
@@ -9,7 +9,8 @@ reference, ``import polars`` (what a format or option that needs polars adds). T
 whole command ``nsys2comm query JOB QUERY --format csv``, ``python -c "import duckdb"`` (the floor: DuckDB's own
 import) and a bare interpreter (``python -c pass``). Medians are printed; compare runs only through the probe
 (bench.py ``_speed_probe``). ``--each`` runs every public query (``_measure.query_names``) as the whole command,
-a fresh process each, and prints each time, the total and the slowest.
+a fresh process each, and prints each time (``--limit``: a query stopped after that many seconds counts them),
+the total and the slowest.
 """
 
 from __future__ import annotations
@@ -62,14 +63,23 @@ def measure(db: str, query: str = "run_overview", samples: int = 5) -> dict:
     return {"seconds": out, "speed_probe_s": probe}
 
 
-def each_query(db: str) -> dict:
-    """Every public query as the whole command ``nsys2comm query JOB NAME --format csv``, a fresh process each."""
+def each_query(db: str, limit_s: float | None = None) -> dict:
+    """Every public query as the whole command ``nsys2comm query JOB NAME --format csv``, a fresh process each
+    (printed as it ends); one still running after ``limit_s`` is stopped and counted at ``limit_s``."""
     from tests.benchmarks._measure import query_names
     from tests.benchmarks.bench import _speed_probe
 
     probe = [_speed_probe()]
-    times = {n: round(_wall([sys.executable, "-m", "nsys2comm", "query", db, n, "--format", "csv"]), 3)
-             for n in query_names()}
+    times = {}
+    for n in query_names():
+        t = time.perf_counter()
+        try:
+            subprocess.run([sys.executable, "-m", "nsys2comm", "query", db, n, "--format", "csv"],
+                           capture_output=True, check=True, timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            print(f"{n:32} stopped after {limit_s} s", flush=True)
+        times[n] = round(time.perf_counter() - t, 3)
+        print(f"{n:32} {times[n]:7.3f} s", flush=True)
     probe.append(_speed_probe())
     slowest = max(times, key=times.__getitem__)
     return {"seconds": times, "total_s": round(sum(times.values()), 2), "slowest": slowest,
@@ -82,11 +92,10 @@ def main() -> None:
     ap.add_argument("--query", default="run_overview")
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--each", action="store_true", help="every public query as the whole command, once each")
+    ap.add_argument("--limit", type=float, help="--each: stop a query after this many seconds")
     a = ap.parse_args()
     if a.each:
-        res = each_query(a.db)
-        for k, v in res["seconds"].items():
-            print(f"{k:32} {v:7.3f} s")
+        res = each_query(a.db, a.limit)
         print(f"total {res['total_s']} s over {len(res['seconds'])} queries; slowest {res['slowest']} "
               f"{res['slowest_s']} s; machine speed probe (before, after): {res['speed_probe_s']} s")
         return
