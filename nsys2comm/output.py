@@ -317,9 +317,28 @@ def _nested_to_json(df: pl.DataFrame) -> pl.DataFrame:
         return df
     cols = {}
     for n in nested:
-        cols[n] = pl.Series(n, [None if v is None else dumps(v).decode() for v in df.get_column(n).to_list()],
-                            dtype=pl.String)
+        if _integer_leaves(df.schema[n]):  # polars writes these as orjson does, without a Python value per row
+            text = pl.struct(pl.col(n).alias("v")).struct.json_encode().str.strip_prefix('{"v":').str.strip_suffix("}")
+            cols[n] = pl.when(pl.col(n).is_null()).then(None).otherwise(text).alias(n)
+            continue
+        cols[n] = pl.lit(pl.Series(n, [None if v is None else dumps(v).decode() for v in df.get_column(n).to_list()],
+                                   dtype=pl.String)).alias(n)
     return df.with_columns([cols[n] for n in nested])
+
+
+_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _integer_leaves(t: Any) -> bool:
+    """A LIST or STRUCT whose every leaf is an integer (at most 64 bits) or a boolean, and whose field names need
+    no escaping in JSON: the JSON text of such a value has one spelling."""
+    import polars as pl
+
+    if isinstance(t, (pl.List, pl.Array)):
+        return _integer_leaves(t.inner)
+    if isinstance(t, pl.Struct):
+        return all(_FIELD.match(f.name) is not None and _integer_leaves(f.dtype) for f in t.fields)
+    return t == pl.Boolean or (t.is_integer() and t not in (pl.Int128, pl.UInt128))
 
 
 _PLAIN_MAX = 32  # longest plain (positional) form of a float written instead of exponent form
