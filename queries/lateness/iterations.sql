@@ -143,11 +143,15 @@ cg AS (
   FROM (SELECT rank, p, island, min(i) AS i0, count(*) AS len FROM runs WHERE ok GROUP BY ALL)
   WHERE len >= p GROUP BY rank
 ), anchor AS (SELECT s0.*, s.tok AS a FROM s0 JOIN seq s ON s.rank = s0.rank AND s.i = s0.s0
-), kb AS (  -- candidate boundaries s0 + k·p, kept up to the first that misses the anchor token
-  SELECT a.rank, a.p, a.s0, k, s.kernel_id, s.start_ns, coalesce(s.tok = a.a, false) AS hit
-  FROM anchor a, LATERAL (SELECT unnest(range(CASE WHEN 2 * a.s0 >= a.p THEN 0 ELSE 1 END,
-                                              (SELECT n FROM n WHERE n.rank = a.rank) // a.p + 1)) AS k) ks
-  LEFT JOIN seq s ON s.rank = a.rank AND s.i = a.s0 + k * a.p
+), kb AS (  -- candidate boundaries s0 + k·p, kept up to the first that misses the anchor token; the position is a
+  -- column before the join, so that the join is on equal keys (an expression in the condition made it compare
+  -- every boundary with every position of the rank)
+  SELECT x.rank, x.p, x.s0, x.k, s.kernel_id, s.start_ns, coalesce(s.tok = x.a, false) AS hit
+  FROM (SELECT *, s0 + k * p AS pos
+        FROM (SELECT a.rank, a.p, a.s0, a.a,
+                     unnest(range(CASE WHEN 2 * a.s0 >= a.p THEN 0 ELSE 1 END, n.n // a.p + 1)) AS k
+              FROM anchor a JOIN n USING (rank))) x
+  LEFT JOIN seq s ON s.rank = x.rank AND s.i = x.pos
 ), bnd AS (
   SELECT rank, p, s0, kernel_id, start_ns FROM kb
   QUALIFY bool_and(hit) OVER (PARTITION BY rank ORDER BY k ROWS UNBOUNDED PRECEDING) AND start_ns IS NOT NULL
