@@ -298,11 +298,16 @@ def _api_calls(ex: Export, ctx: Placement, counts: Counter, rows) -> Iterator[Ba
             "api": pc.if_else(pc.equal(pc.bit_wise_and(name_ec, 255), 1), "driver", "runtime"),
         })
         n += m
-        counts["api_calls"] += m
-        if keep is not None:
-            counts["api_dropped"] += m - pc.sum(keep).as_py()
-            tbl = tbl.filter(keep)
-        yield Batch("api_calls", _keep_ranked(tbl))
+        yield _counted("api_calls", tbl, keep, counts, "api_dropped")
+
+
+def _counted(table: str, tbl: pa.Table, keep: pa.Array | None, counts: Counter, dropped: str) -> Batch:
+    """The batch of ``table``'s rows that have valid times and a rank, counting the rows read and those dropped."""
+    counts[table] += tbl.num_rows
+    if keep is not None:
+        counts[dropped] += tbl.num_rows - pc.sum(keep).as_py()
+        tbl = tbl.filter(keep)
+    return Batch(table, _keep_ranked(tbl))
 
 
 def _nvtx(ex: Export, ctx: Placement, counts: Counter, dec: PayloadDecoder, rows) -> Iterator[Batch]:
@@ -344,8 +349,4 @@ def _nvtx(ex: Export, ctx: Placement, counts: Counter, dec: PayloadDecoder, rows
             "args": args,
         })
         n += m
-        counts["cpu_ranges"] += m
-        if keep is not None:
-            counts["nvtx_dropped"] += m - pc.sum(keep).as_py()
-            tbl = tbl.filter(keep)
-        yield Batch("cpu_ranges", _keep_ranked(tbl))
+        yield _counted("cpu_ranges", tbl, keep, counts, "nvtx_dropped")

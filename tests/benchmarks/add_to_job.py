@@ -28,9 +28,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from tests.benchmarks.workdir import run_in_workdir
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -134,15 +135,9 @@ def main() -> None:
     ap.add_argument("--grow", type=int, default=0, help="kernels of a second trace added after each step (rank 9)")
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "add_to_job.json"))
     a = ap.parse_args()
-    work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="nsys2comm-add-"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        res = run([int(k) for k in a.kernels.split(",") if k], a.ranks, work, a.check, a.grow)
-    finally:
-        if not a.keep and not a.workdir:
-            shutil.rmtree(work, ignore_errors=True)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=2))
+    kernels = [int(k) for k in a.kernels.split(",") if k]
+    run_in_workdir(a.workdir, a.keep, "nsys2comm-add-", a.out,
+                   lambda work: run(kernels, a.ranks, work, a.check, a.grow))
 
 
 if __name__ == "__main__":

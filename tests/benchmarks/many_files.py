@@ -16,9 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from tests.benchmarks.workdir import run_in_workdir
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_NS = 1_764_000_000_000_000_000  # 2025-11-24, a plausible profiler base time
@@ -100,15 +101,8 @@ def main() -> None:
     ap.add_argument("--targets", default="db,dir")
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "many_files.json"))
     a = ap.parse_args()
-    work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="nsys2comm-many-"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        res = run(a.files, work, tuple(t for t in a.targets.split(",") if t))
-    finally:
-        if not a.keep and not a.workdir:
-            shutil.rmtree(work, ignore_errors=True)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=2))
+    targets = tuple(t for t in a.targets.split(",") if t)
+    run_in_workdir(a.workdir, a.keep, "nsys2comm-many-", a.out, lambda work: run(a.files, work, targets))
 
 
 if __name__ == "__main__":
