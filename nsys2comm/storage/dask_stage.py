@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from ..errors import UsageError
 from . import jobdir
 from . import sweeps as cache
-from .db import _install_temp_objects, memory_connection
+from .db import catalog_session
 
 # the sweeps whose rows for a rank depend only on that rank's rows (tagged '-- @sweep per_rank' where they are
 # defined; tests/test_dask.py checks them equal to the whole-job computation); the rest is the driver's cross-rank
@@ -84,9 +84,8 @@ def rank_task(parts: dict[str, list[str]]) -> dict:
     """Worker side: the PER_RANK sweeps over one rank's parts, as Arrow tables."""
     con = getattr(_local, "con", None)
     if con is None:
-        con = memory_connection()
+        con = catalog_session()
         jobdir.create_views(con, parts, comments=False)
-        _install_temp_objects(con)
         _local.con = con
     else:
         jobdir.create_views(con, parts, comments=False)  # the catalog's objects read whatever the views hold now

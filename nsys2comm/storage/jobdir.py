@@ -30,7 +30,7 @@ import duckdb
 
 from .. import catalog
 from ..errors import InputError, UsageError
-from .db import SCHEMA_VERSION, _install_temp_objects, memory_connection, seal_read_only
+from .db import SCHEMA_VERSION, catalog_session, memory_connection, seal_read_only
 
 MARKER = "_nsys2comm.json"
 FORMAT = "nsys2comm parquet job"
@@ -216,11 +216,10 @@ def connect(root: str | Path, *, write: bool = False, gather=None) -> duckdb.Duc
                          hint=_WRITE_IT)
     check_marker(root)
     snap = snapshot(root)
-    con = memory_connection()
+    con = catalog_session()
     try:
         create_views(con, {t: snap.paths(t) for t in snap.parts})
         _note_conflicts(con, snap)
-        _install_temp_objects(con)
         if gather is not None:
             gather(con, snap)
         con.execute("SET parquet_metadata_cache = true")  # every query opens the same parts (set before the seal)
