@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from .analysis import run_query
-from .storage import materialize, settle, unmaterialize
+from .storage import settle, snapshotted
 
 NOT_AVAILABLE = "not available: "
 
@@ -128,19 +128,11 @@ def run_batch(con, queries: Iterable, columns: Mapping[str, Iterable[str]] | Non
     sweeps snapshotted for the batch; ``columns``: the declared columns per object (others are dropped);
     ``more(results)``, given the results so far, names further queries of the same batch."""
     out = Results()
-    settle(con)
-    try:
-        materialize(con)
-    except Exception:  # noqa: BLE001 - a helper that cannot be snapshotted computes live; its queries say why
-        unmaterialize(con)
-    try:
+    with snapshotted(con):
         for q in queries:
             run_one(con, q, out, columns)
         for q in more(out) if more is not None else []:
             run_one(con, q, out, columns)
-    finally:
-        unmaterialize(con)
-        settle(con)
     return out
 
 

@@ -17,7 +17,7 @@ from fixtures.nsys_writer import write_nsys
 from nsys2comm import analysis, catalog
 from nsys2comm.ingest import ingest
 from nsys2comm.storage import db as dbmod
-from nsys2comm.storage import materialize, unmaterialize
+from nsys2comm.storage import snapshotted
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "fixtures" / "example"
@@ -70,11 +70,8 @@ def public_queries() -> list[str]:
 def frames(con) -> dict[str, pl.DataFrame]:
     """Every public query's rows, in one batch with the sweeps snapshotted, as the results layer runs them (a
     Parquet job computes its sweeps at read time: once here, not once per query)."""
-    materialize(con)
-    try:
+    with snapshotted(con):
         return {name: analysis.run_query(con, name, {}) for name in public_queries()}
-    finally:
-        unmaterialize(con)
 
 
 def assert_same(want: dict[str, pl.DataFrame], got: dict[str, pl.DataFrame]) -> None:

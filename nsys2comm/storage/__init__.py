@@ -19,9 +19,9 @@ from .dask_stage import client as dask_client
 from .dask_stage import gather as dask_gather
 from .db import DUCKDB_MAGIC, connect, read_head, seal_read_only, take_fresh_copy
 from .jobdir import is_job_dir
-from .sweeps import catalog_installed, drop_cache, materialize, refresh_cache, settle, unmaterialize
+from .sweeps import catalog_installed, drop_cache, materialize, refresh_cache, settle, snapshotted, unmaterialize
 
 __all__ = ["DUCKDB_MAGIC", "catalog_installed", "connect", "dask_client", "dask_gather", "drop_cache", "is_job_dir",
-           "jobdir", "materialize", "read_head", "refresh_cache", "seal_read_only", "settle", "take_fresh_copy",
-           "unmaterialize", "usercache"]
+           "jobdir", "materialize", "read_head", "refresh_cache", "seal_read_only", "settle", "snapshotted",
+           "take_fresh_copy", "unmaterialize", "usercache"]
 

@@ -632,6 +632,22 @@ def materialize(con) -> None:
         con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {table}")
 
 
+@contextlib.contextmanager
+def snapshotted(con):
+    """The shared sweeps snapshotted (``materialize``) for a batch of queries on ``con``, the live helpers restored
+    after it. A helper that cannot be snapshotted computes live: the queries that read it say why."""
+    settle(con)
+    try:
+        materialize(con)
+    except Exception:  # noqa: BLE001 - the batch still runs, on live helpers
+        unmaterialize(con)
+    try:
+        yield con
+    finally:
+        unmaterialize(con)
+        settle(con)
+
+
 def _reading_stored_sweeps(con) -> set[str]:
     """The helper views of this session that read a stored sweep (TEMP views over _cache_* or _session_* tables)."""
     rows = settle(con).execute("SELECT view_name, sql FROM duckdb_views() WHERE temporary "
