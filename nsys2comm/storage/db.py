@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 
 from .. import catalog
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from . import template
 
 # cache builds on nothing here: the connection primitives it needs (settle, held_descriptor, the sweeps' memory)
@@ -30,7 +30,25 @@ from .sweeps import sweep_memory_limit as sweep_memory_limit
 SCHEMA_VERSION = 1  # bump when the canonical tables change incompatibly
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
 # never fetch or load an extension behind the user's back (must be set before the database starts)
-_NO_EXTENSIONS = {"autoload_known_extensions": False, "autoinstall_known_extensions": False}
+_NO_EXTENSIONS: dict[str, Any] = {"autoload_known_extensions": False, "autoinstall_known_extensions": False}
+THREADS_ENV = "NSYS2COMM_THREADS"
+
+
+def _threads() -> dict[str, Any]:
+    """DuckDB's threads where NSYS2COMM_THREADS sets them (default: one per core): for a job epilogue that shares its
+    node with the next job, and for test workers that already keep every core busy."""
+    v = os.environ.get(THREADS_ENV, "").strip()
+    if not v:
+        return {}
+    if not v.isdigit() or int(v) < 1:
+        raise UsageError(f"{THREADS_ENV}={v!r} is not a positive whole number",
+                         hint=f"e.g. {THREADS_ENV}=4, or unset it")
+    return {"threads": int(v)}
+
+
+def base_config() -> dict[str, Any]:
+    """The DuckDB configuration of every connection this package opens (no extensions; NSYS2COMM_THREADS)."""
+    return {**_NO_EXTENSIONS, **_threads()}
 _INGEST_IT = "to ingest it: nsys2comm ingest FILE --db run.duckdb"
 
 
@@ -46,7 +64,7 @@ def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
 def memory_connection() -> duckdb.DuckDBPyConnection:
     """A scratch in-memory DuckDB (no extensions, no progress bar) for SQL over frames or Parquet views."""
-    return quiet(duckdb.connect(":memory:", config=dict(_NO_EXTENSIONS)))
+    return quiet(duckdb.connect(":memory:", config=base_config()))
 
 
 def _install_temp_objects(con: duckdb.DuckDBPyConnection) -> None:
@@ -58,7 +76,7 @@ def catalog_session() -> duckdb.DuckDBPyConnection:
     """A scratch in-memory DuckDB holding this package's catalog over empty canonical tables, for SQL over Parquet
     views: TEMP views of the canonical tables' names shadow the empty tables for every catalog object. A copy of
     the catalog template (≈ 0.1 s; installing the catalog binds for 1-5 s, paid by every open of a Parquet job)."""
-    con = template.memory_copy(dict(_NO_EXTENSIONS))
+    con = template.memory_copy(base_config())
     if con is None:
         con = memory_connection()
         _install_temp_objects(con)
@@ -216,7 +234,7 @@ def ensure_template() -> bool:
     """Build the catalog template that new job databases copy (``dbtemplate``) where this machine has none yet;
     otherwise the first new database on the machine builds it (≈ 1.3-1.9 s of DuckDB binding). True when this
     call built it. For images and nodes whose user cache starts empty, and for benchmarks of steady-state ingest."""
-    return template.ensure(_NO_EXTENSIONS)
+    return template.ensure(base_config())
 
 
 def memory_job(config: dict[str, Any] | None = None, *, objects: bool = True) -> duckdb.DuckDBPyConnection:
@@ -224,7 +242,7 @@ def memory_job(config: dict[str, Any] | None = None, *, objects: bool = True) ->
     a copy of the catalog template (``template.memory_copy``, ≈ 0.1 s). Where there is no usable template the
     catalog is installed (2-15 s of binding under load); ``objects=False`` then creates the canonical tables alone
     and the caller installs the macros and views (``ingest`` does, while the first file decodes)."""
-    config = dict(_NO_EXTENSIONS, **(config or {}))
+    config = dict(base_config(), **(config or {}))
     con = template.memory_copy(config)
     if con is None:
         con = duckdb.connect(":memory:", config=config)
@@ -264,14 +282,14 @@ def connect(path: str | Path | None = None, *, write: bool = False, lock_timeout
     """
     if memory_limit is None and (write or path is None):
         memory_limit = WRITER_MEMORY_LIMIT
-    config: dict[str, Any] = dict(_NO_EXTENSIONS, **({"memory_limit": memory_limit} if memory_limit else {}))
+    config: dict[str, Any] = dict(base_config(), **({"memory_limit": memory_limit} if memory_limit else {}))
     if path is None:
         config["temp_directory"] = _writer_temp_directory()
         return memory_job(config, objects=objects)
     path = str(path)
     check_db_path(path, write=write)
     if write:
-        template.create(path, _NO_EXTENSIONS)  # a new database: the catalog comes installed
+        template.create(path, base_config())  # a new database: the catalog comes installed
     con = _open_waiting(path, write, config, lock_timeout_s)
     try:
         _check_is_job_db(con, path)
