@@ -4,6 +4,7 @@ its own name, in the database file itself, so a plain DuckDB client lists it (SH
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
@@ -29,14 +30,18 @@ def test_views_cover_the_argument_free_analyses():
             assert not o.required_params and o.public
 
 
-@pytest.mark.slow  # tier: slow (every view and its macro on a plain client, no stored sweeps: ~30 CPU-s; CI runs it)
+@pytest.mark.slow  # tier: slow (every view on a plain client, no stored sweeps: ~15 CPU-s; CI runs it)
 def test_plain_duckdb_client_lists_and_reads_them(job_db):
+    """Each view is its macro called with the defaults (its stored definition says so), and reads on a plain client:
+    running each macro a second time to compare would only repeat the same statement."""
     con = duckdb.connect(str(job_db), read_only=True)
     try:
         listed = {r[0] for r in con.sql("SHOW TABLES").fetchall()}
         assert set(VIEWS) <= listed
+        sql = dict(con.sql("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall())
         for name in VIEWS:
-            assert con.sql(f"SELECT * FROM {name}").fetchall() == con.sql(f"SELECT * FROM {name}()").fetchall(), name
+            assert re.search(rf"\bFROM\s+{name}\s*\(\s*\)\s*;?\s*$", sql[name], re.IGNORECASE), sql[name]
+            con.sql(f"SELECT * FROM {name}").fetchall()
         comment = con.sql("SELECT comment FROM duckdb_views() WHERE view_name = 'overlap_by_rank'").fetchall()[0][0]
         assert comment == catalog.find("overlap_by_rank").description
     finally:
