@@ -45,7 +45,8 @@ def _live(path: Path) -> dict:
     for t in ("files", "ranks", "devices", "kernels", "mem_ops", "cpu_ranges", "api_calls", "comm_ops"):
         con.execute(f"INSERT INTO main.{t} SELECT * FROM src.{t}")
     con.execute("DETACH src")
-    out = _frames(con)
+    with storage.snapshotted(con):  # each sweep computed once for the nine queries
+        out = _frames(con)
     con.close()
     return out
 
