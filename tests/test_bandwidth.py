@@ -238,7 +238,7 @@ def jobs(draw):
     return n, device, host_of, ops, nic, link
 
 
-@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs())
 def test_headline_never_above_the_peak(cat, job):
     n, device, host_of, ops, nic, link = job

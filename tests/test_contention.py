@@ -276,7 +276,7 @@ def _prop_con() -> duckdb.DuckDBPyConnection:
 _iv = st.tuples(st.integers(0, 60), st.integers(0, 15))
 
 
-@settings(max_examples=examples(80), deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(comm=st.lists(st.tuples(st.integers(0, 1), _iv), max_size=8),
        gemm=st.lists(st.tuples(st.integers(0, 1), _iv), min_size=1, max_size=8),
        pct=st.sampled_from([25, 50, 100]) | st.integers(1, 100))  # round shares hit the inclusive bound often
@@ -415,7 +415,7 @@ def test_job_row_is_the_time_weighted_median_not_a_mean_pulled_by_outliers():
     assert pooled > 9.5  # what the old job row reported (Σ lost / Σ alone time)
 
 
-@settings(max_examples=examples(60), deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.lists(st.tuples(st.integers(10, 400), st.integers(-40, 99), st.integers(3, 6), st.integers(3, 6)),
                 min_size=1, max_size=5))
 def test_job_slowdown_lies_within_the_measured_groups(groups):

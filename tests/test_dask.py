@@ -40,7 +40,9 @@ def jobs_base(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("jobs")
 
 
-@pytest.mark.parametrize("name", ju.JOBS)
+# the two jobs the per-rank test below builds anyway: the per-rank stage reads canonical Parquet parts, whatever
+# format they came from (kineto6's directory is held to its DuckDB file in test_jobdir)
+@pytest.mark.parametrize("name", ["multihost8", "example8"])
 def test_every_query_equals_the_duckdb_file(name, jobs_base, client):
     job = ju.build(name, jobs_base)
     with Job.open(job["dir"], scheduler=client) as j:

@@ -243,7 +243,7 @@ def test_synthetic_runs_are_fully_attributed(run):
     assert causes.get("unattributed", 0) == 0
 
 
-@settings(max_examples=examples(40), deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30), st.booleans()), min_size=1, max_size=12),
        st.integers(0, 40))
 def test_per_rank_sums_equal_exposed_time(kernels, late_us):
@@ -260,7 +260,7 @@ def test_per_rank_sums_equal_exposed_time(kernels, late_us):
         j.check_sums()
 
 
-@settings(max_examples=examples(40), deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 20), st.integers(0, 25)), min_size=1, max_size=6),
        st.lists(st.tuples(st.integers(0, 1), st.integers(0, 60), st.integers(1, 25)), max_size=10))
 def test_skew_window_coverage_equals_brute_force(colls, compute):

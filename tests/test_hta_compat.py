@@ -393,7 +393,7 @@ def _materialize(spec) -> dict:
     return _rank(gpu, api, steps, raw=spec["raw"] // u * u, off=10**15, as_int=spec["int"])
 
 
-@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=st.lists(_rank_spec, min_size=1, max_size=2))
 def test_hta_compat_matches_transcription(specs):
     con, ev = build_db([_materialize(s) for s in specs])

@@ -118,7 +118,7 @@ def test_user_marker_name():
 
 
 # tier 2: hypothesis against a brute force over every nanosecond
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 190), st.integers(1, 40), st.one_of(st.none(),
                                                                                            st.integers(0, 60)),
                           st.booleans()), min_size=1, max_size=12),

@@ -170,7 +170,7 @@ def test_unknown_launch_is_flagged():
     assert row["host_share_ns"] == row["lateness_ns"] == 50 * US
 
 
-@settings(max_examples=examples(25), deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 400), st.integers(1, 80), st.integers(0, 60),
                           st.booleans()), max_size=14),
        st.lists(st.integers(0, 300), min_size=3, max_size=3))

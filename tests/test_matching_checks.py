@@ -290,7 +290,7 @@ def test_clear_straggler_is_named_everywhere():
     assert flags["new"].to_list() == [1.0 if r == 5 else 0.0 for r in range(8)]
 
 
-@settings(max_examples=examples(30), deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.integers(2, 6), st.lists(st.integers(0, 5), min_size=1, max_size=60))
 def test_p_value_vs_brute_force(ranks, last):
     """rank_wait's p-value against the exact binomial tail, Bonferroni over the ranks, for any arrival pattern."""
