@@ -60,7 +60,8 @@ def reference_values(shared_traces: Path) -> dict:
 #   subprocess  the test (or a fixture it uses) requests ``cli_process`` (marked here at collection), or carries
 #               @pytest.mark.subprocess / a module ``pytestmark``: it starts nsys2comm or Python processes;
 #   browser     the test requests the ``browser`` fixture (tests/test_report.py): it drives headless Chromium;
-#   slow        @pytest.mark.slow where the test is: a property test or benchmark of more than ~10 s;
+#   slow        @pytest.mark.slow where the test is: more than ~1 s on 2 idle cores under the fast Hypothesis
+#               profile (whole-pipeline properties, real traces, every-query checks, benchmarks);
 #   fast        everything else (the inner loop: make test-fast, in-process only).
 # A test that is not marked subprocess and starts a Python process fails (see _no_python_processes): mark it, or use
 # the cli_process fixture.

@@ -184,6 +184,7 @@ def test_hta_compat_on_synthetic(con, run):
         assert h["comm_overlap_pct"] == round(h["comm_overlap_pct"], 2)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_empty_db_every_object_runs():
     c = catalog_db()  # the catalog template's copy (tests/synth_db.py)
     for obj in catalog.public_queries():

@@ -44,6 +44,7 @@ def page(job, changes):
 
 
 # tier 3: every chart the page draws, Job.chart draws from the same entry with the same data (a synthetic job)
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("cid", sorted(sections.CHARTS))
 def test_job_chart_is_the_report_chart(job, page, changes, cid):
     kw = {"baseline": changes} if cid in sections.CHANGES_CHARTS else {}

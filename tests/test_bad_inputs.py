@@ -154,6 +154,7 @@ def _counts(path: Path) -> dict[str, int]:
         con.close()
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize(("build", "expect"), CASES, ids=[c[0].__name__ for c in CASES])
 def test_bad_input(good, tmp_path, build, expect):
     path = build(good, tmp_path)

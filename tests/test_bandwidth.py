@@ -121,6 +121,7 @@ def latency_run():
     return syn.make_latency_run(world_size=8, ranks_per_host=4, reps=3)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_transfer_busbw_of_a_synthetic_job(latency_run):
     con = _job(latency_run, hosts=False)
     inst = _instances(latency_run)
@@ -152,6 +153,7 @@ def test_transfer_busbw_of_a_synthetic_job(latency_run):
     assert con.execute("SELECT _devices_peak_busbw_gbps()").fetchone()[0] == pytest.approx(450.0 * 2 * 7 / 8)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_groups_across_hosts_take_the_network_peak(latency_run):
     con = _job(latency_run, hosts=True)
     links = analysis.run_query(con, "comm_group_links")
@@ -238,6 +240,7 @@ def jobs(draw):
     return n, device, host_of, ops, nic, link
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs())
 def test_headline_never_above_the_peak(cat, job):
@@ -293,6 +296,7 @@ def _json_instances() -> tuple[str, list[list[tuple[int, int]]]]:
     return device, per
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.skipif(not EXAMPLE.is_dir(), reason="fixtures/example absent")
 def test_example_bandwidth_from_the_json():
     from nsys2comm.api import Job

@@ -35,6 +35,7 @@ def test_every_kineto_trace_in_shared_is_a_source(shared_traces):
     assert {name for name, _ in SOURCES} == dirs and len(dirs) >= 4
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize(("name", "src"), SOURCES, ids=[n for n, _ in SOURCES])
 def test_tiled_source_ingests_as_its_copies(tmp_path, name, src):
     one = tmp_path / "one.json"

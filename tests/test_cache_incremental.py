@@ -88,6 +88,7 @@ def _differing_sweeps(con) -> list[str]:
 
 
 # tier 2: the key the writer builds from its parts is the one readers count
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_the_key_from_the_parts_is_content_key(tmp_path, traces):
     path = tmp_path / "job.duckdb"
     con = db.connect(path, write=True)

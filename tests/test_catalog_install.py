@@ -55,6 +55,7 @@ def test_ingest_installs_the_whole_catalog_and_sessions_use_it(job_db):
         assert stored[n].equals(analysis.run_query(fresh, n)), n
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_a_definition_changed_by_hand_is_not_trusted(job_db):
     con = db.connect(job_db, write=True)
     con.execute("CREATE OR REPLACE MACRO busbw_factor(collective, n) AS 42.0")  # an outside edit
@@ -69,6 +70,7 @@ def test_a_definition_changed_by_hand_is_not_trusted(job_db):
     con.close()
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_another_package_version_is_not_trusted(job_db, monkeypatch):
     monkeypatch.setattr(catalog, "digest", lambda: "another-version")
     con = db.connect(job_db)
@@ -96,6 +98,7 @@ def test_decoder_processes_import_neither_duckdb_nor_polars():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_a_signal_while_the_catalog_installs_leaves_a_connection_that_closes(tmp_path, traces, monkeypatch):
     """SIGTERM arrives as SystemExit: ingest must not leave the install thread inside DuckDB, or closing the
     connection is refused ("busy") and the process aborts at exit."""

@@ -132,6 +132,7 @@ def test_ingest_subprocess_parallel(tmp_path, proc):
 # ----------------------------------------------------------------------------------------------- query + formats
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_query_every_format(db, fmt):
     r = run("query", db, "run_overview", "--format", fmt)
@@ -242,6 +243,7 @@ def test_sql_catalog_objects_usable(db):
     assert json.loads(r.stdout)[0]["s"] == "at::foo"
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_sql_is_read_only_unless_write(db, tmp_path):
     for stmt in ("DELETE FROM kernels", "CREATE TABLE x AS SELECT 1", "DROP TABLE ranks",
                  "SELECT 1; INSERT INTO ranks VALUES (99, 1, NULL, NULL, NULL, 'cli')"):
@@ -307,6 +309,7 @@ def test_schema_from_sql_files_and_from_db(db):
 # ----------------------------------------------------------------------------------------------- summary
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_summary_text_and_json(db):
     r = run("summary", db)
     assert r.exit_code == 0, r.output
@@ -370,6 +373,7 @@ def test_summary_subprocess_one_off_traces(proc):
 # ----------------------------------------------------------------------------------------------- report
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_report(db, tmp_path):
     out = tmp_path / "r.html"
     r = run("report", db, "-o", out)

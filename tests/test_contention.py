@@ -415,6 +415,7 @@ def test_job_row_is_the_time_weighted_median_not_a_mean_pulled_by_outliers():
     assert pooled > 9.5  # what the old job row reported (Σ lost / Σ alone time)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @settings(max_examples=examples(30), deadline=None)
 @given(st.lists(st.tuples(st.integers(10, 400), st.integers(-40, 99), st.integers(3, 6), st.integers(3, 6)),
                 min_size=1, max_size=5))
@@ -451,6 +452,7 @@ def _outlier_job() -> Tables:
     return t
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_summary_and_findings_read_the_job_row():
     """The summary and the report's finding state the job row's weighted median (+8 %, not the pooled mean nor the
     mixed group's −90 %) and say that the mixed group was left out."""

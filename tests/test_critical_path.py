@@ -128,6 +128,7 @@ def _walk_from_json() -> tuple[list[int], list[int]]:
 
 
 # tier 4: the example's path recomputed from the JSON
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.skipif(not EXAMPLE.is_dir(), reason="fixtures/example absent")
 def test_example_path_against_json():
     from nsys2comm.api import Job as ApiJob

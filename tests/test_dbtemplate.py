@@ -78,6 +78,7 @@ def _unwritable_cache(tmp_path, monkeypatch) -> None:
 
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_a_new_database_is_the_template_copy_and_holds_the_installed_catalog(tmp_path, cache_dir,
                                                                              installed_definitions):
     con = db.connect(tmp_path / "job.duckdb", write=True, objects=False)  # builds the template, copies it
@@ -88,6 +89,7 @@ def test_a_new_database_is_the_template_copy_and_holds_the_installed_catalog(tmp
     assert not list(cache_dir.glob(".*")) and not list(tmp_path.glob(".*creating"))  # no leftovers
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_ensure_template_builds_it_once_and_new_databases_copy_it(tmp_path, cache_dir):
     assert not dbtemplate.template_path().exists()
     assert db.ensure_template() is True
@@ -100,6 +102,7 @@ def test_ensure_template_builds_it_once_and_new_databases_copy_it(tmp_path, cach
     assert dbtemplate.template_path().stat().st_mtime_ns == built.st_mtime_ns  # copied, not rebuilt
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_ingest_into_a_template_copy_gives_the_same_rows_as_without(tmp_path, built_cache_dir, monkeypatch):
     from fixtures.kineto_writer import write_kineto
     from fixtures.synthetic import make_run
@@ -113,6 +116,7 @@ def test_ingest_into_a_template_copy_gives_the_same_rows_as_without(tmp_path, bu
     assert with_template.height > 0 and with_template.equals(without)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_a_template_changed_by_hand_is_not_trusted(tmp_path, built_cache_dir):
     db.connect(tmp_path / "first.duckdb", write=True).close()  # a copy of the template, trusted
     _tamper_with_the_template()
@@ -122,6 +126,7 @@ def test_a_template_changed_by_hand_is_not_trusted(tmp_path, built_cache_dir):
     con.close()
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_without_a_writable_cache_the_database_is_installed_in_place(tmp_path, monkeypatch):
     _unwritable_cache(tmp_path, monkeypatch)
     assert not dbtemplate.create(tmp_path / "a.duckdb", {})
@@ -209,6 +214,7 @@ def _refuse_install(monkeypatch) -> None:
 
 
 # tier 2: the in-memory job's catalog, object for object, against a fresh install
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_an_in_memory_job_is_a_template_copy_with_the_installed_catalog(cache_dir, monkeypatch,
                                                                          installed_definitions):
     assert db.ensure_template() is True
@@ -226,6 +232,7 @@ def test_an_in_memory_job_is_a_template_copy_with_the_installed_catalog(cache_di
 
 
 # tier 2: a template edited by hand, before or after a copy of it was trusted, is not copied
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_an_in_memory_job_does_not_trust_a_template_changed_by_hand(tmp_path, built_cache_dir):
     db.ensure_template()
     assert dbtemplate.memory_copy({}) is not None  # checked once, trusted for this file state
@@ -239,6 +246,7 @@ def test_an_in_memory_job_does_not_trust_a_template_changed_by_hand(tmp_path, bu
 
 
 # tier 2: no writable cache directory: the in-memory job installs the catalog
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_without_a_writable_cache_an_in_memory_job_installs_the_catalog(tmp_path, monkeypatch):
     _unwritable_cache(tmp_path, monkeypatch)
     assert dbtemplate.memory_copy({}) is None

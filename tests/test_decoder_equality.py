@@ -47,6 +47,7 @@ def _same(path: Path, **kw) -> dict[str, list[dict]]:
     return fast
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("path", SHARED_KINETO, ids=[f"{p.parent.name}/{p.name}" for p in SHARED_KINETO])
 def test_real_trace(path):
     rows = _same(path)

@@ -284,6 +284,7 @@ def test_reference_by_hand():
 # runs that differ in known ways
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_self_diff_is_all_zero(diffs):
     df = diffs["base"]
     known = df.filter(pl.col("base").is_not_null())
@@ -374,6 +375,7 @@ def test_better_overlap(diffs):
     assert _row(df, "collective", "time_ns_per_step", collective="all_reduce", bucket_lo_bytes=MIB)["delta"] == 0
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_rows_sorted_by_impact_deterministically(diffs, dbs):
     for df in diffs.values():
         imp = df["impact_ns"].to_list()
@@ -401,6 +403,7 @@ ROW_KEYS = ["section", "metric", "key", "base", "new", "delta", "delta_pct", "im
             "bucket_lo_bytes", "bucket_hi_bytes", "rank"]
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_json_keys_are_stable(dbs):
     r = runner("diff", dbs["base"], dbs["straggler"], "--json")
     assert r.exit_code == 0, r.output
@@ -422,6 +425,7 @@ def test_every_column_the_diff_reads_is_documented(name):
     assert not [c for c in compare.COLUMNS[name] if c not in obj.columns]
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_thresholds_exit_3_0_and_not_evaluated(dbs):
     b, s, o = dbs["base"], dbs["straggler"], dbs["bucket"]
     # with the straggler: exposed communication per step 810 → 1030 µs (+27.2 %), waits 90 → 310 µs (+244 %);
@@ -451,6 +455,7 @@ def test_thresholds_exit_3_0_and_not_evaluated(dbs):
         assert d["ok"] is True and [t["value"] for t in d["thresholds"]] == [0, 0, 0]
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_threshold_not_evaluated_when_metric_unavailable(tmp_path):
     one = _db(tmp_path / "one.duckdb", make_diff_run(world_size=1))  # one rank: no waits, no skew
     r = runner("diff", one, one, "--json", "--max-wait-regression-pct", "5")
@@ -462,6 +467,7 @@ def test_threshold_not_evaluated_when_metric_unavailable(tmp_path):
     assert runner("diff", one, one, "--max-wait-regression-pct", "5", "--strict").exit_code == 3
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_rows_through_the_output_layer(dbs, tmp_path):
     r = runner("diff", dbs["base"], dbs["bucket"], "--format", "csv")
     assert r.exit_code == 0, r.output
@@ -474,6 +480,7 @@ def test_rows_through_the_output_layer(dbs, tmp_path):
     assert runner("diff", dbs["base"], tmp_path / "missing.duckdb").exit_code == 1
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_report_with_baseline(dbs, tmp_path):
     out = tmp_path / "r.html"
     r = runner("report", dbs["straggler"], "--baseline", dbs["base"], "-o", out)
@@ -547,6 +554,7 @@ def fastvideo(shared_traces, tmp_path_factory):
     return base, new
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_real_nsys_export_against_a_known_change(fastvideo):
     base, new = fastvideo
     with Job.open(base) as b, Job.open(new) as n:
@@ -605,6 +613,7 @@ def _window(run: syn.Run) -> syn.Run:
     return run
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_windows_without_steps_compare_matched_work(tmp_path):
     """Two captures without step markers holding different work (one iteration, where no repeating kernel sequence
     can be detected, against 2, the second with rank 1 arriving 100 µs late at every all_reduce): nothing is per
@@ -678,6 +687,7 @@ def _per_detected_iteration(run: syn.Run, iterations: int) -> dict:
     return out
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_captures_without_markers_compare_per_detected_iteration(tmp_path):
     """tier 3: two captures without step markers whose kernel sequences repeat (3 iterations against 2, the second
     with rank 1 arriving 100 µs late at every all_reduce). iterations detects them, so the diff is per step, a step

@@ -47,6 +47,7 @@ def _us_to_ns(v) -> int:
     return round(v * 1000)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_trace_event_format(example):
     _, path, doc = example
     assert isinstance(doc, dict) and doc["displayTimeUnit"] == "ns" and isinstance(doc["traceEvents"], list)

@@ -233,6 +233,7 @@ def test_mixed_job_exact_and_steps():
                     (1, 1, "all_reduce", "nothing_to_overlap", 70 * US, pytest.approx(100 * 70 / 120))]
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("run", [syn.make_run(), syn.make_run(world_size=8, steps=3, era="old", seed=3),
                                  syn.make_latency_run()], ids=["default", "old-8ranks", "latency"])
 def test_synthetic_runs_are_fully_attributed(run):
@@ -243,6 +244,7 @@ def test_synthetic_runs_are_fully_attributed(run):
     assert causes.get("unattributed", 0) == 0
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @settings(max_examples=examples(20), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30), st.booleans()), min_size=1, max_size=12),
        st.integers(0, 40))
@@ -260,6 +262,7 @@ def test_per_rank_sums_equal_exposed_time(kernels, late_us):
         j.check_sums()
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @settings(max_examples=examples(20), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 20), st.integers(0, 25)), min_size=1, max_size=6),
        st.lists(st.tuples(st.integers(0, 1), st.integers(0, 60), st.integers(1, 25)), max_size=10))
@@ -289,6 +292,7 @@ def test_skew_window_coverage_equals_brute_force(colls, compute):
         assert got[k] == sum(US for t in window if t not in busy[rank]), (rank, s, e, wait, got[k])
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_summary_exposed_by_cause():
     from nsys2comm.summary import build_summary
 
@@ -352,6 +356,7 @@ def test_tensor_parallel_layers_are_fully_attributed(tmp_path):
     assert causes.get("unattributed", 0) == 0 and causes["dependency_wait"] > 0
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_summary_contention_and_t3_headroom(tmp_path):
     from fixtures import synthetic_tp as tpm
     from nsys2comm import Job as NJob

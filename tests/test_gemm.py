@@ -356,6 +356,7 @@ def _is_gemm_name(name: str) -> bool:
     return any(w in base for w in ("gemm", "gemv", "splitkreduce")) and "conv" not in base
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("dataset", ["hta_trace_filter_2rank", "param_dlrm_8rank"])
 def test_real_traces_every_shaped_gemm_gets_its_problem(shared_traces, dataset):
     files = sorted((shared_traces / "kineto" / dataset).glob("*.json.gz"))

@@ -305,6 +305,7 @@ def test_job_figures_and_mfu(kineto_job):
     assert none["mfu_pct"] is None and none["mfu_reason"].startswith("no model given")
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_peak_override_and_unknown_device(kineto_job, nsys_job):
     """tier 3: --peak-tflops replaces the table's figure; a device the trace does not name has no peak, and says why."""
     try:
@@ -342,6 +343,7 @@ def test_both_sources_give_the_same_efficiency_rows(kineto_job, nsys_job):
             j.set_peaks()
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_summary_keys_and_findings(kineto_job, nsys_job):
     """tier 3: summary --json's gemm_time_pct, gemm_efficiency_pct and mfu_pct are gemm_overview's; null ones are
     named in missing with their reason; the report's finding states the largest group's broken rule."""
@@ -362,6 +364,7 @@ def test_summary_keys_and_findings(kineto_job, nsys_job):
     assert any(t.startswith("1 GEMM op(s) would run faster than the device's peak") for t in texts), texts
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_cli_peak_tflops(nsys_file):
     """tier 3: --peak-tflops gives the unnamed device a peak in summary --json; a non-positive value is a usage
     error."""
@@ -380,6 +383,7 @@ def test_cli_peak_tflops(nsys_file):
 
 # ------------------------------------------------------------------------------------------ tier 4: real traces
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("dataset", ["hta_trace_filter_2rank", "param_dlrm_8rank"])
 def test_real_traces_achieved_never_exceeds_the_peak(shared_traces, dataset):
     """tier 4: every GEMM kernel with a recorded shape: FLOPs from the JSON (test_gemm's reader, not the importer)

@@ -91,6 +91,7 @@ def case(request, shared_traces):
     return {"raw": raw, "summary": summary, "rank_wait": rank_wait, "name": name}
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_communication_time_equals_the_raw_files(case):
     s, raw = case["summary"], case["raw"]
     if raw["comm_ns"] is None:  # compute-only traces: unknown, never 0

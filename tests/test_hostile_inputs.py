@@ -64,6 +64,7 @@ def _refused(path: Path, flag: str, **extra) -> tuple[str, float, int]:
     return line, took, peak
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_whitespace_bomb_inside_trace_events(tmp_path):
     # 4 GiB of whitespace between two events, 4 MB on disk: refused at the event limit, not after 4 GiB
     p = _bomb(tmp_path / "ws.json.gz", HEAD, b" " * (8 * MB), 512, TAIL)

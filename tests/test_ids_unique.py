@@ -36,6 +36,7 @@ def _real_jobs(traces: Path) -> list[list[Path]]:
     return jobs
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_real_traces(shared_traces, tmp_path):
     jobs = _real_jobs(shared_traces)
     assert len(jobs) >= 8 and all(jobs)
@@ -47,6 +48,7 @@ def test_real_traces(shared_traces, tmp_path):
         _assert_unique(db)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("source", ["kineto", "nsys", "example"])
 def test_synthetic_and_bundled(source, tmp_path):
     run = syn.make_run(world_size=4, steps=2)

@@ -85,6 +85,7 @@ def shared_ingest(shared_traces):
         con.close()
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("dataset", ["hta_trace_filter_2rank", "hta_nccl_parser_config", "hta_df_index_resolver",
                                      "param_dlrm_8rank"])
 def test_shared_traces_ingest(shared_ingest, dataset):
@@ -503,6 +504,7 @@ def _recorded(doc: dict) -> dict:
     return out
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("dataset", ["hta_trace_filter_2rank", "hta_nccl_parser_config", "hta_df_index_resolver",
                                      "param_dlrm_8rank"])
 def test_shared_traces_every_recorded_size_found(shared_ingest, dataset):

@@ -53,6 +53,7 @@ def mixed(tmp_path_factory) -> list[Path]:
 
 
 # tier 3: generated traces; the batched ingest against the same files one transaction each
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_batches_store_the_rows_of_a_file_by_file_ingest(mixed, tmp_path, monkeypatch):
     res = _ingest(mixed, tmp_path / "batched.duckdb", jobs=1)
     assert [r.status for r in res] == ["ingested"] * len(mixed)
@@ -67,6 +68,7 @@ def test_batches_store_the_rows_of_a_file_by_file_ingest(mixed, tmp_path, monkey
 
 
 # tier 3: a bad file inside a batch
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_a_bad_file_fails_alone_and_its_batch_commits(tmp_path):
     paths = write_one_kernel_traces(tmp_path / "t", 8)
     (tmp_path / "t" / "rank00003.pt.trace.json").write_text('{"traceEvents": [')  # cut short: fails to decode

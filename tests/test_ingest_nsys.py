@@ -58,6 +58,7 @@ def test_reading_by_rowid_ranges_in_decoder_processes_gives_the_same_rows(tmp_pa
     assert _batches(path, nsys_workers=2, nsys_range_rows=7) == one
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_real_exports_read_by_rowid_ranges_give_the_same_rows(shared_traces):
     """Every real export of ../shared (nsys 2022.2 to 2026.2), read by two decoder processes 101 rowids at a time
     (hundreds of ranges per file, most ending mid-table; the synthetic test above takes 7), gives the rows of a

@@ -187,6 +187,7 @@ def test_detection_agrees_with_markers():
 
 
 # tier 4: the bundled example (one ProfilerStep per rank), markers against detection, from the JSON
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.skipif(not EXAMPLE.is_dir(), reason="fixtures/example absent")
 def test_example_markers_and_detection_agree():
     """Detection ignoring the markers finds no repeating unit in the one captured step, so it keeps one iteration
@@ -223,6 +224,7 @@ def test_example_markers_and_detection_agree():
 
 
 # tier 4: a real trace with five ProfilerSteps (../shared), detection against its markers, from the JSON
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_real_trace_detection_matches_its_steps(shared_traces):
     """HTA's df_index_resolver trace (one rank, ProfilerStep#2..#6, 564 GEMMs per step on stream 7, all its
     all_reduces on another stream): detection ignoring the markers finds five iterations, and each boundary is, within

@@ -118,6 +118,7 @@ def test_user_marker_name():
 
 
 # tier 2: hypothesis against a brute force over every nanosecond
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @settings(max_examples=15, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 190), st.integers(1, 40), st.one_of(st.none(),
                                                                                            st.integers(0, 60)),
@@ -230,6 +231,7 @@ def _example_rank(rank: int) -> dict:
 
 
 # tier 4: the bundled example against its JSON
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.skipif(not EXAMPLE.is_dir(), reason="fixtures/example absent")
 def test_example_breakdown_against_json():
     from nsys2comm.api import Job as ApiJob

@@ -34,6 +34,7 @@ def test_exit_codes_are_distinct():
     assert len({EXIT_INPUT, EXIT_PARTIAL, EXIT_THRESHOLD, 0, 2}) == 5 and EXIT_PARTIAL == 4
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_summary_json_keep_going_analyses_the_good_ranks(traces):
     r = run("summary", traces, "--json", "--keep-going")
     assert r.exit_code == EXIT_PARTIAL, r.stderr
@@ -51,6 +52,7 @@ def test_summary_without_keep_going_fails_and_points_to_it(traces):
     assert "--keep-going" in r.stderr
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_threshold_violation_wins_over_partial(traces):
     r = run("summary", traces, "--json", "--keep-going", "--max-exposed-comm-pct", "0")
     doc = json.loads(r.stdout)
@@ -82,6 +84,7 @@ def test_export_keep_going(traces, tmp_path):
     assert {e["pid"] for e in json.loads(out.read_bytes())["traceEvents"]} == set(range(WORLD))
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_diff_and_report_keep_going(traces, tmp_path):
     r = run("diff", traces, traces, "--json", "--keep-going")
     assert r.exit_code == EXIT_PARTIAL, r.stderr

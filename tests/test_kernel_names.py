@@ -93,6 +93,7 @@ def test_invariants_on_corpus(sql_results):
         _check_base(short, name)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_corpus_covers_every_trace_name(shared_traces):
     """The corpus holds every distinct kernel name of the shared traces (rebuild with build_corpus otherwise)."""
     corpus = {r["name"] for r in ROWS if r["source"] in ("nsys", "kineto")}

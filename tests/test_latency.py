@@ -48,6 +48,7 @@ def _model_of(collective: str) -> str:
     return "p2p" if collective == "p2p" else collective
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_host_offsets_recovered(job):
     _, con = job
     off = analysis.run_query(con, "host_clock_offsets")
@@ -123,6 +124,7 @@ def test_pairs_and_points(job):
     assert p["model_ns"].to_list() == pytest.approx(p["transfer_p50_ns"].to_list(), rel=0.10)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_without_sizes_distributions_remain():
     run = syn.make_latency_run(world_size=4, ranks_per_host=4, reps=2)
     con = synth_db.build(run)
@@ -172,6 +174,7 @@ def test_one_size_gives_no_share():
     assert m["transfer_p50_ns"] == 10_000
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_example_matches_tracelens(reference_values):
     con = db.connect(None)
     ingest(con, [syn.__file__.rsplit("/", 1)[0] + "/example"], jobs=1)
@@ -232,6 +235,7 @@ def test_theil_sen_vs_brute_force(alpha_us, beta_gbps, outliers, seed):
         assert m["beta_gbps"] == pytest.approx(beta_gbps, rel=0.10)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_report_charts_draw(job):
     from nsys2comm.report import charts
 
@@ -243,6 +247,7 @@ def test_report_charts_draw(job):
     assert charts.latency_chart(model.with_columns(alpha_us=None), None).to_dict()  # sizes unknown: ranges
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_example_report_section_has_data():
     from nsys2comm.report.html import collect
 

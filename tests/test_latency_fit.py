@@ -72,6 +72,7 @@ def _model(con) -> dict[str, dict]:
     return {r["collective"]: r for r in analysis.run_query(con, "latency_model").iter_rows(named=True)}
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_clean_job_recovers_alpha_beta_with_intervals(noisy):
     _, _, con = noisy
     m = _model(con)
@@ -299,6 +300,7 @@ def test_partial_group_gets_no_fit():
     assert m["p2p"]["matched_instances"] == 3 * len(syn.LATENCY_SIZES["p2p"])
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(alpha_us=st.floats(1, 3000), beta_gbps=st.floats(0.5, 4000), noise=st.floats(0, 0.3),
        exps=st.lists(st.integers(8, 28), min_size=2, max_size=6, unique=True),

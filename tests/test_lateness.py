@@ -170,6 +170,7 @@ def test_unknown_launch_is_flagged():
     assert row["host_share_ns"] == row["lateness_ns"] == 50 * US
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @settings(max_examples=examples(12), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 400), st.integers(1, 80), st.integers(0, 60),
                           st.booleans()), max_size=14),
@@ -233,6 +234,7 @@ def _segment_from_json(rank: int, eps_ns: int = 10_000) -> dict:
     return {"arrival": arrival, "step": step, "compute": compute, "host": host}
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.skipif(not EXAMPLE.is_dir(), reason="fixtures/example absent")
 def test_example_rank7_is_host_bound():
     from nsys2comm.api import Job as ApiJob

@@ -236,6 +236,7 @@ def _arrivals(last: list[int], ranks: int) -> Job:
     return j
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_coin_flip_names_no_straggler():
     """2 ranks arriving last 15 and 16 times of 31: no straggler anywhere (summary, finding, chart, diff)."""
     from nsys2comm import compare
@@ -262,6 +263,7 @@ def test_coin_flip_names_no_straggler():
     assert flags.height == 2 and (flags["new"] == 0).all()
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_clear_straggler_is_named_everywhere():
     """8 ranks, 40 instances: rank 5 last in 30 of them; the others share the rest."""
     from nsys2comm import compare
@@ -290,6 +292,7 @@ def test_clear_straggler_is_named_everywhere():
     assert flags["new"].to_list() == [1.0 if r == 5 else 0.0 for r in range(8)]
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @settings(max_examples=examples(15), deadline=None)
 @given(st.integers(2, 6), st.lists(st.integers(0, 5), min_size=1, max_size=60))
 def test_p_value_vs_brute_force(ranks, last):
@@ -306,6 +309,7 @@ def test_p_value_vs_brute_force(ranks, last):
         assert r["is_straggler"] == (want < 0.01 and k / n > 1 / ranks)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_single_rank_summary_says_arrival_skew_is_not_visible():
     from nsys2comm.summary import SKEW_HIDDEN, build_summary, format_summary
 

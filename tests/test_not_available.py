@@ -67,6 +67,7 @@ def _summary(db, *args):
     return r, json.loads(r.stdout)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_one_rank_skew_is_null_not_zero(jobs, tmp_path):
     db = jobs["one_rank"]
     with Job.open(db) as job:
@@ -97,6 +98,7 @@ def test_one_rank_skew_is_null_not_zero(jobs, tmp_path):
     assert "apart" not in findings[:findings.index("</section>")]
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_no_communication_overlap_is_null(jobs, tmp_path):
     db = jobs["no_comm"]
     with Job.open(db) as job:
@@ -117,6 +119,7 @@ def test_no_communication_overlap_is_null(jobs, tmp_path):
     assert 'id="chart-overlap-rank"' not in sec
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_bandwidth_without_sizes(jobs, tmp_path):
     db = jobs["no_sizes"]
     with Job.open(db) as job:
@@ -134,6 +137,7 @@ def test_bandwidth_without_sizes(jobs, tmp_path):
     assert "Not available" in sec and 'id="chart-busbw"' not in sec
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_failed_ingest_leaves_no_new_file(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [{"ph": "X", "na')
@@ -167,6 +171,7 @@ def test_summary_json_without_traces(tmp_path):
     assert r.exit_code == 1 and "directory holds no trace files" in r.stderr
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_busbw_on_an_assumed_group_size_is_flagged(jobs, tmp_path):
     """Old traces record shapes but no process group: busbw rests on the world size, and every consumer says so."""
     db = jobs["old"]

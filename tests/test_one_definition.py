@@ -123,6 +123,7 @@ def _synthetic_kernel_names() -> set[str]:
     return {k.name for rr in syn.make_run(world_size=4, steps=1).ranks for k in rr.kernels}
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_python_comm_rule_is_the_sql_rule_on_every_trace(con, shared_traces):
     from nsys2comm.ingest.kineto_rows import _COMM_KERNEL_RE
 

@@ -91,6 +91,7 @@ def test_fetch_rows_declines_what_only_polars_writes(sql):
 
 
 # tier 3: every public catalog query on the synthetic job (and on an empty one), as `nsys2comm query` writes it
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("job", ["synthetic", "empty"])
 def test_every_catalog_query_writes_the_same_bytes_without_polars(job):
     con = synth_db.build(syn.make_run()) if job == "synthetic" else synth_db.catalog_db()

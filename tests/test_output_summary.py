@@ -40,6 +40,7 @@ def compute_only_summary() -> dict:
     return build_summary(con)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("width", [60, 80, 100])
 def test_lines_are_wrapped_at_spaces_without_splitting_numbers(example_summary, width):
     flat = format_summary(example_summary, width=None)

@@ -40,6 +40,7 @@ def groups(df: pl.DataFrame, kind: str) -> list[list[int]]:
     return sorted(df.filter(pl.col("kind") == kind)["group_ranks"].to_list())
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_dp_on_the_default_group_is_inferred():
     df = layout(build(MODEL, Layout(dp=8, naming="torch"), steps=1))
     assert df.height == 1
@@ -103,6 +104,7 @@ def test_unnamed_groups_by_structure():
     assert "all_reduce" not in first_stage_tp["collectives"] and first_stage_tp["kind"] == "tp"
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_layout_wins_where_the_trace_cannot_tell():
     # hidden: no group names, descriptions or member ranks, only sizes
     con = build(MODEL, Layout(tp=2, dp=4, naming="hidden"), steps=1)
@@ -166,6 +168,7 @@ def test_descriptions(catalog_con, desc, kind):
     assert catalog_con.execute("SELECT _model_kind_from_desc(?)", [desc]).fetchone()[0] == kind
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_the_real_example():
     """fixtures/example (8-rank DLRM, Kineto, no process group recorded): one group of all ranks, its size the
     assumed world size, carrying all_reduce and all_to_all. Its all_reduces are all launched inside the
@@ -194,6 +197,7 @@ def _size(b: int) -> str:
     return f"{b / 1024:g} KiB" if b < 1 << 20 else f"{b / (1 << 20):.4g} MiB"
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_two_rank_tp_job_with_undefined_groups_is_not_confident_dp():
     """The issue's example: a 2-rank Megatron TP job whose groups are all 'undefined'. Its one group with traffic
     spans both ranks and is not the default group: without phase ranges nothing tells dp from tp."""

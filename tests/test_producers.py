@@ -198,6 +198,7 @@ def _sql_links(job) -> dict:
     return {(r["rank"], r["comm_corr"]): (r["gemm_corr"], r["link_source"]) for r in df.to_dicts()}
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_example_links_match_the_raw_json(example_job):
     got = _sql_links(example_job)
     expected = {}

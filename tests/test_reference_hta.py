@@ -25,6 +25,7 @@ def dbs(shared_traces):
     return get
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("ds", DATASETS)
 def test_overlap_hta_compat(dbs, reference_values, ds):
     ref = reference_values[ds]

@@ -120,6 +120,7 @@ def _number_cells(db: Path, name: str, columns: list[str], limit: int = 25) -> l
     return cells
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("obj", RUNNABLE, ids=lambda o: o.name)
 def test_every_object_fits_and_shows_its_key_columns(db, obj, width, monkeypatch):
@@ -224,6 +225,7 @@ def test_schema_keeps_doc_and_queries_list_wraps_descriptions(db, width, monkeyp
         assert any("".join(row["description"].split()) in text for text in shown), row["name"]
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("width", WIDTHS)
 def test_diff_shows_delta_delta_pct_and_impact_first(db, width, monkeypatch):
     r = run("diff", db, db, width=width, monkeypatch=monkeypatch, shared=False)
@@ -237,6 +239,7 @@ def test_diff_shows_delta_delta_pct_and_impact_first(db, width, monkeypatch):
     assert all(len(line) <= width for line in r.stdout.splitlines())
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_diff_timeunit_converts_time_rows_only(db):
     ns = json.loads(run("diff", db, db, "-f", "json").stdout)
     ms = json.loads(run("diff", db, db, "-f", "json", "--timeunit", "ms").stdout)

@@ -223,6 +223,7 @@ def test_step_timeline_without_steps_uses_whole_trace():
     assert df.height and set(df["step_label"]) == {"whole trace"}
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_report_is_self_contained(report):
     html = report.read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>")
@@ -328,6 +329,7 @@ def _compiles(chart: alt.TopLevelMixin) -> None:
     assert spec.get("title") or any("title" in layer for layer in spec.get("layer", []))
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_chart_functions_are_pure_and_compile(job):
     """Every chart of the report, and the notebook-only p2p chart, on the frames its catalog objects return."""
     from nsys2comm.analysis import run_query

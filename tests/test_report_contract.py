@@ -77,6 +77,7 @@ def test_no_synonym_guessing_left():
         assert not re.search(r"\b(_col|pick)\(", src), f"{path.name} still guesses column names"
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("spec", [b for s in SECTIONS for b in s.blocks if isinstance(b, ChartSpec)],
                          ids=lambda s: s.id)
 def test_charts_read_only_declared_columns(job, spec):
@@ -200,6 +201,7 @@ def test_overlap_worst_rank_is_the_largest_exposed_share_of_busy(world_size):
     assert row["exposed_busy_pct"] == pytest.approx(best) and row["ranks_compared"] == len(shares)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_worst_rank_matches_the_summary_on_a_job(job):
     from nsys2comm.summary import build_summary
 
@@ -209,6 +211,7 @@ def test_worst_rank_matches_the_summary_on_a_job(job):
     assert f"Worst is rank {s['worst_rank']}: exposed communication is {s['worst_rank_exposed_comm_pct']:.0f}%" in text
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_finding_numbers_have_one_precision(job):
     _, _, found, _ = html.collect(job)
     assert found
@@ -266,6 +269,7 @@ def test_timeline_ticks_do_not_collide(job):
     assert axis["labelOverlap"] and axis["tickCount"] <= 10 and axis["format"]
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_unknown_gpu_model_is_said_so(tmp_path):
     con = fill_job(connect(None), make_run(world_size=2, steps=1))
     con.execute("UPDATE devices SET name = NULL")

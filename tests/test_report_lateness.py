@@ -67,6 +67,7 @@ def late_job():
 # Why ranks arrive late
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_lateness_section_on_a_host_late_rank(late_job, tmp_path):  # tier 3
     _, sections, found, _ = page.collect(late_job)
     sec = next(s for s in sections if s.id == "sec-lateness")
@@ -160,6 +161,7 @@ def test_choose_step():  # tier 2
         choose_step(whole, 1)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_report_step_option(tmp_path):  # tier 3
     con = fill_job(connect(None), make_run(world_size=2, steps=3))
     html = build_report(con, tmp_path / "a.html", step=100).read_text(encoding="utf-8")
@@ -182,6 +184,7 @@ def test_report_step_option(tmp_path):  # tier 3
     assert set(tl["window_duration_ns"]) == {w1 - w0}
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_cli_step_that_does_not_exist(tmp_path):  # tier 3
     db = tmp_path / "job.duckdb"
     con = fill_job(connect(db, write=True), make_run(world_size=2, steps=3))
@@ -223,6 +226,7 @@ def lacking(request, tmp_path_factory):
     return request.param, said, con, out
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_one_banner_and_no_repeated_diagnostics(lacking):  # tier 3
     name, said, con, out = lacking
     html = out.read_text(encoding="utf-8")
@@ -355,6 +359,7 @@ def test_iteration_trend_chart_marks_warmup_and_outliers():  # tier 2: a frame i
     assert scale["domain"] == ["normal", "warmup", "outlier"]
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("steps,drawn", [(4, True), (1, False)])
 def test_trend_section(steps, drawn):  # tier 3
     con = fill_job(connect(None), make_run(world_size=2, steps=steps))

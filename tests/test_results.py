@@ -103,6 +103,7 @@ def views(synth):
 
 
 # tier 3: consumers run on frames narrowed to their declarations, so an undeclared read fails here
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_consumers_run_on_narrowed_frames(views):
     s, (fetched, _, found, _), c, _ = views
     assert not [m for m in s["missing"] if "failed" in m]
@@ -113,6 +114,7 @@ def test_consumers_run_on_narrowed_frames(views):
 
 
 # tier 3: summary, diff, report and Job give the same figure for the same metric on a synthetic job
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_summary_diff_report_and_job_agree_on_a_synthetic_job(views):
     s, (fetched, secs, _, _), c, job = views
     diff_job = {r["metric"]: r["base"] for r in c.rows.filter(pl.col("section") == "job").iter_rows(named=True)}

@@ -38,6 +38,7 @@ def _floats(v):
             yield from _floats(x)
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_one_precision(example_summary):
     for v in _floats(example_summary):
         assert v == float(f"{v:.6g}"), v
@@ -53,6 +54,7 @@ def test_numbers_on_the_example(example_summary):
     assert 0 < s["exposed_comm_pct"] <= s["comm_share_pct"] <= 100
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_per_rank_notes_once_per_kind(tmp_path):
     """A note every rank's file carries is one line saying on how many ranks, not one line per rank."""
     from fixtures.kineto_writer import write_kineto

@@ -41,6 +41,7 @@ def _all_rows(threads: int, monkeypatch) -> dict:
 
 
 # tier 3: every public query gives the same rows, in the same order, on 1 and 4 threads
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_every_query_gives_the_same_rows_at_any_thread_count(monkeypatch):
     one, four = _all_rows(1, monkeypatch), _all_rows(4, monkeypatch)
     assert one.keys() == four.keys()

@@ -145,6 +145,7 @@ def _params(lay: Layout, **extra) -> dict:
                                    "zero": lay.zero} | extra
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_synthetic_layouts_match(name):
     lay = LAYOUTS[name]
@@ -198,6 +199,7 @@ def test_zero3_gathering_twice_is_over_with_the_reason():
     assert rs["verdict"] == "match"
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_fp32_gradient_reduction_is_over_and_names_the_dtype():
     lay = LAYOUTS["tp_dp"]
     df = run_query(build(MODEL, lay, perturb={"grad_dtype": "fp32"}), "volume_check", _params(lay))
@@ -249,6 +251,7 @@ def test_unknown_sizes_never_pass():
     assert "match" not in set(df["verdict"])
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_unexpected_traffic_and_unknown_kinds():
     lay = LAYOUTS["tp_dp"]
     con = build(MODEL, lay, steps=1)
@@ -296,6 +299,7 @@ def test_launch_calls_place_operations_in_steps():
 # Inputs: --model / --layout, session variables
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_session_variables_are_the_default_parameters():
     lay = LAYOUTS["tp_pp_dp"]
     con = build(MODEL, lay, steps=1)
@@ -371,6 +375,7 @@ def test_megatron_arguments_file(tmp_path):
 # Summary, CLI, report
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_summary_keys(tmp_path):
     lay = LAYOUTS["tp_dp"]
     con = build(MODEL, lay, steps=1)
@@ -389,6 +394,7 @@ def test_summary_keys(tmp_path):
     assert not any(m.startswith("volume_check") for m in s["missing"])
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_cli_summary_and_query(tmp_path):
     db = tmp_path / "job.duckdb"
     lay = LAYOUTS["zero3"]
@@ -405,6 +411,7 @@ def test_cli_summary_and_query(tmp_path):
     assert r.exit_code == 2 and "Error: --model layers='four': expected a whole number >= 1" in r.output
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_report_section(tmp_path):
     from nsys2comm import Job
 
@@ -430,6 +437,7 @@ def test_report_section(tmp_path):
 # issue 36, deliverable 3 (consumer side): an assumed group size is said beside the verdict
 
 
+@pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_assumed_group_size_flows_into_the_verdict_reason_and_layout():
     """A capture of 4 ranks of an 8-rank ZeRO-1 job whose trace records no group: the importer assumes the world
     size (8) for every operation, so an all_gather's size S (input × group size) is twice the real one. The
