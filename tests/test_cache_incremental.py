@@ -110,7 +110,7 @@ def test_the_key_from_the_parts_is_content_key(tmp_path, traces):
 
 # tier 3: traces added one by one in any order, a plain edit of one rank of the two-rank file in between; after
 # every refresh, every stored sweep equals a fresh computation, and the refresh computed the ranks it had to only
-@settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(2), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.permutations(range(4)), edit_after=st.integers(0, 3))
 @pytest.mark.slow
 def test_stored_sweeps_equal_fresh_after_each_added_trace(traces, monkeypatch, order, edit_after):
