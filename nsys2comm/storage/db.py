@@ -49,6 +49,8 @@ def _threads() -> dict[str, Any]:
 def base_config() -> dict[str, Any]:
     """The DuckDB configuration of every connection this package opens (no extensions; NSYS2COMM_THREADS)."""
     return {**_NO_EXTENSIONS, **_threads()}
+
+
 _INGEST_IT = "to ingest it: nsys2comm ingest FILE --db run.duckdb"
 
 

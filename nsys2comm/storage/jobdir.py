@@ -202,7 +202,8 @@ def _note_conflicts(con, snap: Snapshot) -> None:
 
 def connect(root: str | Path, *, write: bool = False, gather=None) -> duckdb.DuckDBPyConnection:
     """A read-only session on a job directory: an in-memory database whose canonical tables are views on the
-    committed parts, with the catalog as TEMP objects, sealed so that only those part files can be read.
+    committed parts (TEMP views shadowing the empty tables of a catalog template copy), sealed so that only those part
+    files can be read.
 
     ``gather(con, snap)``, when given, runs before the seal (e.g. the per-rank stage on Dask filling TEMP tables).
     """
