@@ -85,18 +85,12 @@ _BY_FIXTURE = {"cli_process": "subprocess", "browser": "browser"}
 
 
 def pytest_collection_modifyitems(config, items):
-    heavy: set[str] = set()
     for item in items:
         for fixture, tier in _BY_FIXTURE.items():
             if fixture in item.fixturenames and not item.get_closest_marker(tier):
                 item.add_marker(getattr(pytest.mark, tier))
         if not any(item.get_closest_marker(t) for t in ("slow", "subprocess", "browser")):
             item.add_marker(pytest.mark.fast)
-        else:
-            heavy.add(item.nodeid.split("::")[0])
-    # files with slow, subprocess or browser tests first (stable, the same order in every xdist worker): the files
-    # left for the end of a parallel run are short ones, so no worker idles while another finishes a long file
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in heavy)
 
 
 class _PythonProcessInUnmarkedTest(subprocess.Popen):

@@ -146,7 +146,7 @@ def signature(draw):
 
 
 @pytest.mark.slow  # tier: slow (brute force over generated cases; CI runs it)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(names=st.lists(signature(), min_size=1, max_size=20))
 def test_sql_matches_oracle_on_generated_signatures(con, names):
     got = con.execute("SELECT n, kernel_short_name(n) FROM unnest(?) t(n)", [names]).fetchall()

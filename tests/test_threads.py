@@ -33,7 +33,7 @@ def test_the_variable_sets_duckdb_threads(tmp_path, monkeypatch):
 
 def _all_rows(threads: int, monkeypatch) -> dict:
     monkeypatch.setenv("NSYS2COMM_THREADS", str(threads))
-    con = synth_db.build(syn.make_run(world_size=4, steps=3))
+    con = synth_db.build(syn.make_run(world_size=3, steps=2))
     assert _threads(con) == threads
     with snapshotted(con):
         return {o.name: analysis.run_query(con, o.name) for o in catalog.public_queries()
