@@ -185,20 +185,25 @@ class Job:
             return job
 
         paths = [str(p) for p in paths]
-        start_decoders(paths, jobs=jobs, read_extra=read_extra)  # their start-up runs beside opening the database
-        # a new database file comes with the catalog (dbtemplate); otherwise ingest installs it while the first
-        # trace decodes
-        con = (connect(db, write=True, lock_timeout_s=lock_timeout_s, objects=False) if db is not None
-               else connect(None, objects=False))
+        # the decoders' start-up, and a single trace's first parts, run beside opening the database
+        discard_read_ahead = start_decoders(paths, jobs=jobs, read_extra=read_extra, rank=rank,
+                                            world_size=world_size)
         try:
-            results = _ingest(con, paths, rank=rank, world_size=world_size,
-                              keep_going=keep_going, jobs=jobs,
-                              on_file=on_file, progress=progress, read_extra=read_extra)
-            if read_only and db is None:
-                seal_read_only(con)  # a one-off job on traces reads like a database opened read-only
-        except BaseException:
-            con.close()
-            raise
+            # a new database file comes with the catalog (dbtemplate); otherwise ingest installs it while the first
+            # trace decodes
+            con = (connect(db, write=True, lock_timeout_s=lock_timeout_s, objects=False) if db is not None
+                   else connect(None, objects=False))
+            try:
+                results = _ingest(con, paths, rank=rank, world_size=world_size,
+                                  keep_going=keep_going, jobs=jobs,
+                                  on_file=on_file, progress=progress, read_extra=read_extra)
+                if read_only and db is None:
+                    seal_read_only(con)  # a one-off job on traces reads like a database opened read-only
+            except BaseException:
+                con.close()
+                raise
+        finally:
+            discard_read_ahead()
         return cls(con, path=str(db) if db is not None else None, read_only=read_only, results=results)
 
     @property

@@ -408,7 +408,8 @@ def test_gzip_pieces_go_to_the_workers_through_spool_files(tmp_path, monkeypatch
 
     def counted(self, piece):
         spools.append(self.spool)
-        held.append(len(os.listdir(self.spool)) if self.spool else 0)
+        # the pieces on their way to the workers (their tables come back as <piece>-<table>.arrow, read at once)
+        held.append(len([n for n in os.listdir(self.spool) if not n.endswith(".arrow")]) if self.spool else 0)
         return submit(self, piece)
 
     monkeypatch.setattr(kineto._Pieces, "_submit", counted)
@@ -540,13 +541,16 @@ def test_decoders_start_early_only_where_the_ingest_uses_them(tmp_path, monkeypa
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"\x00not a trace")
 
-    def starts(paths, **kw) -> bool:
+    def starts(paths, **kw) -> str | None:
         started.clear()
-        ingest_mod.start_decoders(paths, **kw)
-        return bool(started)
+        discard = ingest_mod.start_decoders(paths, **kw)
+        ahead = bool(kineto._ahead)
+        discard()
+        assert not kineto._ahead
+        return "read ahead" if ahead else "forkserver" if started else None
 
-    assert not starts([one])  # small: decoded in-process
-    assert not starts([one, two], jobs=1)
-    assert starts([one, two], jobs=2)
-    assert starts([one], read_extra={"kineto_workers": 2})
-    assert not starts([bad])  # no error here: ingest reports it with the file's name
+    assert starts([one]) is None  # small: decoded in-process
+    assert starts([one, two], jobs=1) is None
+    assert starts([one, two], jobs=2) == "forkserver"
+    assert starts([one], read_extra={"kineto_workers": 2}) == "read ahead"  # a single file: its ranges at once
+    assert starts([bad]) is None  # no error here: ingest reports it with the file's name

@@ -359,11 +359,17 @@ def _complete(con, installing: _CatalogInstall | None, *, terminated: bool, wrot
         refresh_cache(con)
 
 
-def start_decoders(paths: Iterable[str | Path], *, jobs: int | None = None, read_extra: dict | None = None) -> None:
-    """Start the decoder processes' forkserver early (before the caller opens the database) where the ingest
-    will use one: several files on several cores, or a file its importer decodes in worker processes."""
+def start_decoders(paths: Iterable[str | Path], *, jobs: int | None = None, read_extra: dict | None = None,
+                   rank: int | None = None, world_size: int | None = None) -> Callable[[], None]:
+    """Start the decoding early (before the caller opens the database) where the ingest will use worker processes:
+    a single trace its importer reads ahead (``read_ahead``: its first parts decode meanwhile), else the decoder
+    processes' forkserver (several files on several cores, or a file decoded in worker processes). Returns the call
+    that discards a read ahead that the ingest did not take; the caller makes it whatever happens."""
     files = expand_paths(paths)
-    options = ReadOptions(extra=dict(read_extra or {}))
+    try:
+        options = _read_options(rank, world_size, read_extra, len(files))
+    except InputError:  # ingest reports it
+        return _nothing
 
     def decoded_in_workers(path: Path) -> bool:
         try:
@@ -371,8 +377,18 @@ def start_decoders(paths: Iterable[str | Path], *, jobs: int | None = None, read
         except (InputError, OSError):  # ingest reports it, file by file
             return False
 
+    if len(files) == 1 and decoded_in_workers(files[0]):
+        read_ahead = getattr(detect(files[0]), "read_ahead", None)
+        discard = read_ahead(files[0], options) if read_ahead is not None else None
+        if discard is not None:
+            return discard
     if (len(files) > 1 and (jobs or os.cpu_count() or 1) > 1) or any(map(decoded_in_workers, files)):
         start_forkserver()
+    return _nothing
+
+
+def _nothing() -> None:
+    pass
 
 
 def _read_options(rank: int | None, world_size: int | None, extra: dict | None, n_files: int) -> ReadOptions:
