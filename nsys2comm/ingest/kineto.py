@@ -157,7 +157,6 @@ def _process(events, rank: int) -> tuple[dict[str, pa.Table], _State]:
     st.invalid_utf8 = getattr(events, "invalid_utf8", False)
     st.add_events(events)
     tables = {b.table: b.data for b in st.flush()}
-    st.comm_name_cache = {}
     return tables, st
 
 

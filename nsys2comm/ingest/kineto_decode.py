@@ -60,9 +60,13 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
 _ARG_ALIASES = {"external_id_v1": "external_id",  # ≈1.8-1.9 traces
                 "in_size": "in_nelems", "out_size": "out_nelems",  # element counts, renamed in kineto #849 (Dec 2023)
                 "pg_id": "pg_name"}  # PyTorch 2.2 'Process Group ID', later 'Process Group Name'
+assert tuple(_ARG_ALIASES) == ("external_id_v1", "in_size", "out_size", "pg_id")  # _canonical_args' fast path
 
 
 def _canonical_args(a: Args) -> Args:
+    if (a.external_id_v1 is None and a.in_size is None and a.out_size is None and a.pg_id is None
+            and a.stream.__class__ is not str):  # the current spellings (most events): nothing to rename
+        return a
     fix = {} if a.stream.__class__ is not str else {"stream": _to_int(a.stream)}
     for old, new in _ARG_ALIASES.items():
         v = getattr(a, old)
