@@ -402,8 +402,8 @@ class _Ranges:
     bytes. Results are merged in file order; from the first range that does not decode (a cut that was not at
     the top level), the rest of the file is read sequentially with validated cuts (``seq_from``).
 
-    ``open`` reads the header, plans the ranges and submits the first ones: :func:`read_ahead` does that before
-    the job database is open, and the read takes it over (``_take_ahead``)."""
+    Making one reads the header, plans the ranges and submits the first ones: :func:`read_ahead` makes it before the
+    job database is open, and the read takes it over (``_take_ahead``)."""
 
     def __init__(self, path: Path, options: ReadOptions, block: int, nworkers: int):
         from .kineto_stream import Limits, array_start
