@@ -34,12 +34,14 @@ def _rows(job: Job) -> dict[str, list[tuple]]:
     return {t: job.con.execute(f"SELECT * EXCLUDE (file_id) FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
 
 
-def _spools() -> list[str]:
-    return [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(f"{SPOOL_PREFIX}{os.getpid()}-")]
+def _spools() -> set[str]:
+    """This process's spool directories (other tests of the process may keep their own: compare before and after)."""
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(f"{SPOOL_PREFIX}{os.getpid()}-")}
 
 
 @pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_the_ingest_takes_the_read_ahead_over_with_the_same_rows(large, tmp_path, monkeypatch):
+    before = _spools()
     taken = []
     take = kineto._take_ahead
     monkeypatch.setattr(kineto, "_take_ahead", lambda *a: taken.append(take(*a)) or taken[-1])
@@ -51,23 +53,24 @@ def test_the_ingest_takes_the_read_ahead_over_with_the_same_rows(large, tmp_path
         want = _rows(job)
     assert got["kernels"] and got["comm_ops"]
     assert got == want
-    assert not kineto._ahead and not _spools()
+    assert not kineto._ahead and _spools() == before
 
 
 @pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 def test_a_read_ahead_nobody_takes_is_discarded(large, tmp_path):
+    before = _spools()
     db = tmp_path / "job.duckdb"
     Job.ingest([large], db, read_extra={"kineto_workers": 2}).close()
     # the file is already in the job: nothing reads it, and the read ahead goes with its workers and spool
     with Job.ingest([large], db, read_extra={"kineto_workers": 2}) as job:
         assert [r.status for r in job.results] == ["skipped"]
-    assert not kineto._ahead and not _spools()
+    assert not kineto._ahead and _spools() == before
     # other options than the read's: the read starts its own ranges
     discard = start_decoders([large], read_extra={"kineto_workers": 2})
     assert len(kineto._ahead) == 1 and kineto._ahead[0].inflight
     pool = kineto._ahead[0].pool
     assert kineto._take_ahead(large, ReadOptions(rank=3, extra={"kineto_workers": 2}), kineto.BLOCK) is None
-    assert not kineto._ahead and pool._shutdown_thread and not _spools()
+    assert not kineto._ahead and pool._shutdown_thread and _spools() == before
     discard()
 
 
