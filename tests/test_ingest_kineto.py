@@ -552,5 +552,8 @@ def test_decoders_start_early_only_where_the_ingest_uses_them(tmp_path, monkeypa
     assert starts([one]) is None  # small: decoded in-process
     assert starts([one, two], jobs=1) is None
     assert starts([one, two], jobs=2) == "forkserver"
+    monkeypatch.setattr(kineto, "only_thread", lambda: True)  # a process of one thread: workers fork at once
     assert starts([one], read_extra={"kineto_workers": 2}) == "read ahead"  # a single file: its ranges at once
+    monkeypatch.setattr(kineto, "only_thread", lambda: False)  # else the forkserver, as for several files
+    assert starts([one], read_extra={"kineto_workers": 2}) == "forkserver"
     assert starts([bad]) is None  # no error here: ingest reports it with the file's name

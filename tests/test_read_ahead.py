@@ -1,7 +1,7 @@
 """A single large Kineto trace starts decoding before the job database is open (kineto.read_ahead): the ingest takes
 the ranges over and stores the same rows as a read without workers; a read ahead that no read takes (the file is
 already in the job, other options) is discarded with its workers and spool. Workers are forked only where the
-process runs no other thread (base._only_thread); their tables come back through spool files (kineto._to_spool)."""
+process runs no other thread (base.only_thread); their tables come back through spool files (kineto._to_spool)."""
 
 # tier 3: a generated trace of 20 MB (several byte ranges), ingested with and without workers
 
@@ -21,6 +21,13 @@ from nsys2comm.ingest import kineto, start_decoders
 from nsys2comm.ingest.base import SPOOL_PREFIX, ReadOptions
 
 TABLES = ("kernels", "mem_ops", "api_calls", "cpu_ranges", "comm_ops", "devices", "ranks", "ingest_notes")
+
+
+@pytest.fixture(autouse=True)
+def alone(monkeypatch):
+    """Read ahead as in a process of one thread (pytest-xdist's workers run execnet's threads): the pool itself
+    still checks the real process (base.only_thread), so here it uses the forkserver."""
+    monkeypatch.setattr(kineto, "only_thread", lambda: True)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +92,18 @@ def test_no_read_ahead_for_small_gzip_or_bad_files(large, tmp_path):
     assert kineto.read_ahead(bad, ReadOptions(extra={"kineto_workers": 2})) is None  # ingest reports it
 
 
+def test_no_read_ahead_while_another_thread_runs(large, monkeypatch):
+    """A progress bar's thread, for one: the read would wait for a forkserver instead of opening the database
+    meanwhile, so only the forkserver starts early."""
+    import nsys2comm.ingest as ingest_mod
+
+    started = []
+    monkeypatch.setattr(ingest_mod, "start_forkserver", lambda: started.append(True))
+    monkeypatch.setattr(kineto, "only_thread", lambda: False)
+    start_decoders([large], read_extra={"kineto_workers": 2})()
+    assert not kineto._ahead and started == [True]
+
+
 def test_spooled_tables_round_trip(tmp_path):
     t = pa.table({"a": pa.array([1, None, 3], pa.int64()), "s": ["x", None, "z"]})
     names, st = kineto._to_spool(({"kernels": t}, "state"), str(tmp_path / "r0"))
@@ -99,9 +118,9 @@ def test_spooled_tables_round_trip(tmp_path):
 @pytest.mark.subprocess
 def test_workers_fork_only_in_a_process_without_other_threads():
     code = ("import threading, pyarrow, duckdb\n"
-            "from nsys2comm.ingest.base import _only_thread\n"
-            "alone = _only_thread()\n"  # pyarrow's jemalloc thread does not count
+            "from nsys2comm.ingest.base import only_thread\n"
+            "alone = only_thread()\n"  # pyarrow's jemalloc thread does not count
             "con = duckdb.connect(); con.execute('SELECT 1')\n"
-            "print(alone, _only_thread())")
+            "print(alone, only_thread())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "False"]

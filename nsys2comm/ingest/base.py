@@ -116,12 +116,12 @@ def process_pool(workers: int, *, fork_if_alone: bool = False):
     """
     from concurrent.futures import ProcessPoolExecutor
 
-    ctx = _fork_context() if fork_if_alone and _only_thread() else _worker_context()
+    ctx = _fork_context() if fork_if_alone and only_thread() else _worker_context()
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
                                initargs=(os.getpid(),))
 
 
-def _only_thread() -> bool:
+def only_thread() -> bool:
     """Whether this process runs no thread but the calling one (Python's or native: DuckDB's, polars'), apart from
     the allocator threads of pyarrow's jemalloc, which its own fork handlers make safe (pthread_atfork)."""
     import threading

@@ -36,7 +36,16 @@ import orjson
 import pyarrow as pa
 
 from ..errors import InputError
-from .base import SPOOL_PREFIX, Batch, ReadOptions, decoder_processes_for, impossible_clock, process_pool, shift_ids
+from .base import (
+    SPOOL_PREFIX,
+    Batch,
+    ReadOptions,
+    decoder_processes_for,
+    impossible_clock,
+    only_thread,
+    process_pool,
+    shift_ids,
+)
 from .kineto_decode import (
     HINT_BAD_VALUE,
     BadValue,
@@ -469,14 +478,16 @@ def read_ahead(path, options: ReadOptions) -> Callable[[], None] | None:
     """Start decoding a large uncompressed trace's first byte ranges now, while the caller opens the job database
     (≈ 0.2 s on 2 cores in which a worker core sat idle). The read of the same file with the same options takes
     them over; returns the call that discards them where no read does (the file was already in the job, or an
-    error came first), or None where this file is not read by ranges or cannot be (ingest reports why)."""
+    error came first), or None where this file is not read by ranges or cannot be (ingest reports why), and where
+    the workers could not be forked at once (another thread runs, such as a progress bar's: a forkserver would make
+    the caller wait for its start-up instead of opening the database meanwhile)."""
     from .kineto_stream import is_gzip
 
     path = Path(path)
     discard_read_ahead()
     try:
         nworkers = decoder_processes(path, options)
-        if nworkers == 0 or is_gzip(path):
+        if nworkers == 0 or is_gzip(path) or not only_thread():
             return None
         _ahead.append(_Ranges(path, options, BLOCK, nworkers))
     except (InputError, BadValue, OSError, ValueError):
