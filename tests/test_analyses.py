@@ -278,3 +278,47 @@ def test_sweep_property(ks):
     tb = analysis.run_query(c, "time_breakdown_by_rank")
     if ks:
         assert tb["time_ns"].sum() == row["span_ns"]
+
+
+# several ranks, each with its own kernels and (on some ranks) sequential steps: the sweep runs over every rank at
+# once, so a rank's state and step must never carry over from the rank sorted before it
+rank_strat = st.lists(
+    st.tuples(k_strat, st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30)), max_size=3)),
+    min_size=1, max_size=3)
+
+
+@pytest.mark.slow  # tier: slow (brute force over generated cases; CI runs it)
+@settings(max_examples=30, deadline=None)
+@given(ranks=rank_strat)
+def test_timeline_sweep_per_rank_and_step_property(ranks):
+    """Tier 2: _overlap_gpu_timeline's time per state, per rank and per step, equals a per-ns brute force."""
+    c = catalog_db()
+    c.execute("INSERT INTO files (file_id, path, sha256, size_bytes, source) VALUES (1, 'x', 'x', 0, 'kineto')")
+    bit = {"ncclDevKernel_AllReduce": 1, "nvjet_gemm": 2, "elementwise": 4, "Memcpy DtoD": 8}
+    want: dict[tuple, int] = {}
+    kid = rid = 0
+    for r, (ks, gaps) in enumerate(ranks):
+        c.execute("INSERT INTO ranks VALUES (?, 1, NULL, NULL, ?, 'cli')", [r, len(ranks)])
+        state: dict[int, int] = {}
+        for n, s, d in ks:
+            c.execute("INSERT INTO kernels (kernel_id, file_id, rank, device_id, start_ns, end_ns, name, short_name, "
+                      "kernel_class) VALUES (?, 1, ?, 0, ?, ?, ?, ?, ?)",
+                      [kid, r, s, s + d, n, n, synth_db.classify(c, n)[1]])
+            kid += 1
+            for t in range(s, s + d):
+                state[t] = state.get(t, 0) | bit[n]
+        t0 = 0
+        for ordinal, (gap, length) in enumerate(gaps, start=1):  # sequential steps: [t0 + gap, t0 + gap + length)
+            lo, hi = t0 + gap, t0 + gap + length
+            c.execute("INSERT INTO cpu_ranges (range_id, file_id, rank, start_ns, end_ns, name, kind) "
+                      "VALUES (?, 1, ?, ?, ?, ?, 'user_annotation')", [rid, r, lo, hi, f"ProfilerStep#{ordinal}"])
+            rid += 1
+            for t in range(lo, hi):
+                if state.get(t):
+                    want[(r, ordinal, state[t])] = want.get((r, ordinal, state[t]), 0) + 1
+            t0 = hi
+        for st_ in state.values():
+            want[(r, None, st_)] = want.get((r, None, st_), 0) + 1
+    got = {(r, s, state): dur for r, s, state, dur in c.execute(
+        "SELECT rank, step_ord, state, dur_ns FROM _overlap_gpu_timeline WHERE state >= 0 AND dur_ns <> 0").fetchall()}
+    assert got == want

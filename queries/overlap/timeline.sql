@@ -1,5 +1,5 @@
 -- Per-rank GPU timeline as a +1/-1 event sweep (the shared engine of overlap_by_rank, time_breakdown_by_rank
--- and overlap_by_step). One sort per rank, one window pass, then a small aggregation: O(n log n).
+-- and overlap_by_step). One sort of every rank's events, one streaming window pass, then a small aggregation: O(n log n).
 --
 -- Classes (default mode): communication = kernels.kernel_class 'communication'; gemm = 'gemm'; compute = the
 -- other compute classes ('convolution', 'attention', 'compute'); memory = 'memory'-class kernels and every mem_ops row
@@ -203,12 +203,20 @@ WITH iv AS (
   SELECT rank, step_start_ns, 3, _overlap_step_one(), step_ord FROM _overlap_steps() WHERE compat = 'none'
   UNION ALL
   SELECT rank, step_end_ns, 0, -_overlap_step_one(), NULL FROM _overlap_steps() WHERE compat = 'none'
-), sw AS (
+), sorted_ev AS (
+  -- step_key: the step ordinal above the rank, so that a running max over all ranks is the rank's latest step
   SELECT rank, ts, ord, delta,
-         sum(delta) OVER w AS cum,
-         max(step_ord) OVER w AS cur_step
-  FROM ev
-  WINDOW w AS (PARTITION BY rank ORDER BY ts, ord ROWS UNBOUNDED PRECEDING)
+         (CAST(rank AS HUGEINT) << 64) + (CAST(step_ord AS HUGEINT) + (CAST(1 AS HUGEINT) << 63)) AS step_key
+  FROM ev ORDER BY rank, ts, ord
+), sw AS (
+  -- streaming windows over the sorted events (a partitioned window sorted again and took 3/4 of the sweep): each
+  -- rank's deltas sum to 0, so one running sum serves all ranks; a running max from an earlier rank is told apart
+  -- by its key's rank part
+  SELECT rank, ts, ord, delta, cum,
+         CASE WHEN key >= CAST(rank AS HUGEINT) << 64
+              THEN CAST(key - (CAST(rank AS HUGEINT) << 64) - (CAST(1 AS HUGEINT) << 63) AS BIGINT) END AS cur_step
+  FROM (SELECT rank, ts, ord, delta, sum(delta) OVER w AS cum, max(step_key) OVER w AS key
+        FROM sorted_ev WINDOW w AS (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
 ), bits AS (
   SELECT rank, ts, ord, cur_step,
          _overlap_state_bits(cum - delta) AS sb,
