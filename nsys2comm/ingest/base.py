@@ -53,7 +53,9 @@ class Importer(Protocol):
     """One trace format: a module with these members (a module satisfies a Protocol, for mypy and ``isinstance``).
 
     An importer may also define ``finalize_many(con, file_ids)``: several small files' finalize in a few statements
-    (else they are finalized one by one).
+    (else they are finalized one by one); and ``read_ahead(path, options)``: start decoding a single large trace
+    before the job database is open, returning the call that discards that work if no read takes it over (or None
+    where it starts nothing; ``ingest.start_decoders``).
     """
 
     SOURCE: str  # files.source, e.g. "kineto"
