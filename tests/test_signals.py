@@ -155,3 +155,30 @@ def test_a_deep_tmpdir_still_starts_the_pool(traces, tmp_path):
 def test_a_short_tmpdir_is_kept():
     # tier: 2
     assert mp_temp_base("/tmp") == "/tmp"
+
+
+def test_sigterm_while_a_single_trace_reads_ahead_leaves_nothing(tmp_path):
+    """One large uncompressed trace: its byte ranges decode in forked workers from before the job database opens
+    (kineto.read_ahead). SIGTERM then ends the command at once, with no worker, spool or database left."""
+    from fixtures.kineto_writer import write_large_kineto
+
+    big = tmp_path / "rank0.pt.trace.json"
+    write_large_kineto(big, 300 << 20)
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("NSYS2COMM_THREADS", None)
+    db = tmp_path / "job.duckdb"
+    proc = subprocess.Popen([sys.executable, "-m", "nsys2comm", "ingest", str(big), "--db", str(db), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(_session(proc.pid)) < 3:  # the CLI and its two forked decoders
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the decoders never started"
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert time.monotonic() - t0 < 5
+    assert _wait_gone(proc.pid, 2) == []
+    assert list(tmp_path.glob("nsys2comm-spool-*")) == []
+    assert not db.exists() and not Path(str(db) + ".wal").exists()
