@@ -15,6 +15,9 @@ A helper view that several analyses share and that is worth computing once carri
 ``per_rank`` (its rows for a rank read that rank's rows only) lets ``nsys2comm.storage.dask_stage`` compute it in one
 task per rank.
 
+A private table macro that returns a public object's rows in another order (or unordered, for the queries that
+aggregate them) says so with ``-- @columns_of NAME`` instead of repeating NAME's ``@column`` lines.
+
 A ``[key]`` mark after a column name puts the column in the object's default set for narrow terminals
 (:attr:`CatalogObject.key_columns`): the identifiers of a row first, then the figures the object exists for; never
 an epoch timestamp (``tests/test_catalog_lint.py``). A table on a terminal too narrow for every column shows the key
@@ -33,6 +36,7 @@ from pathlib import Path
 
 _HEADER = re.compile(r"^--\s*@(table|view|macro)\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
 _SWEEP = re.compile(r"^--\s*@sweep\s+(per_rank|cross_rank)(?:\s+order=([A-Za-z0-9_,]+))?\s*$")
+_COLUMNS_OF = re.compile(r"^--\s*@columns_of\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
 _TAG = re.compile(r"^--\s*@(param|column)\s+([A-Za-z_][A-Za-z0-9_]*)\s*(\[key\])?\s*:\s*(.*)$")
 
 
@@ -49,6 +53,7 @@ class CatalogObject:
     key_columns: list[str] = field(default_factory=list)  # the @column lines marked [key], in column order
     sweep: str | None = None  # '-- @sweep per_rank|cross_rank': a shared helper view that cache stores/snapshots
     sweep_order: tuple[str, ...] = ()  # its '-- @sweep ... order=a,b' columns: the order its rows are stored in
+    columns_of: str | None = None  # '-- @columns_of NAME': its columns are NAME's, documented there
 
     @property
     def public(self) -> bool:
@@ -169,6 +174,9 @@ def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:
         if in_doc and stripped.startswith("--"):
             if _sweep_tag(path, current, stripped):
                 continue
+            if c := _COLUMNS_OF.match(stripped):
+                current.columns_of = c.group(1)
+                continue
             t = _TAG.match(stripped)
             if t:
                 target = current.params if t.group(1) == "param" else current.columns
@@ -203,6 +211,12 @@ def load_catalog(root: Path | None = None) -> tuple[CatalogObject, ...]:
     for path in _sql_files(root):
         _, objs = parse_file(path, path.parent.name)
         out.extend(objs)
+    by_name = {o.name: o for o in out}
+    for o in out:
+        if o.columns_of:
+            if o.columns_of not in by_name:
+                raise ValueError(f"{o.path}: {o.name}: @columns_of {o.columns_of}: no such object")
+            o.columns, o.key_columns = dict(by_name[o.columns_of].columns), list(by_name[o.columns_of].key_columns)
     return tuple(out)
 
 

@@ -159,6 +159,93 @@ CREATE OR REPLACE MACRO _gemm_model_time(m, n, k, batch, tile_m, tile_n, tk, sms
 CREATE OR REPLACE MACRO _gemm_align(dtype) AS
   CASE WHEN dtype_bytes(dtype) > 0 THEN {'min': 16 // dtype_bytes(dtype), 'preferred': 128 // dtype_bytes(dtype)} END;
 
+-- @macro _gemm_efficiency
+-- gemm_efficiency's rows, unordered, for the queries that aggregate them (sorting millions of rows is most of
+-- what an ordered copy would add).
+-- @columns_of gemm_efficiency
+CREATE OR REPLACE MACRO _gemm_efficiency() AS TABLE
+WITH g AS (SELECT * FROM _gemm_kernel_problems
+), nm AS (  -- what a kernel name states, once per distinct (recorded dtype, name): a job has millions of GEMM kernels
+  -- and a few hundred names, and these regular expressions cost more than the rest of the query
+  SELECT dtype, kernel_name, eff_dtype, dtype_source, _gemm_math(eff_dtype, kernel_name) AS math0,
+         _gemm_tile(kernel_name) AS tile,
+         regexp_matches(coalesce(kernel_name, ''), '(?i)sgemm|ffma|gemmSN') AS cuda_core_name,
+         regexp_matches(coalesce(kernel_name, ''), '(?i)tf32|xf32|s1688|sgemm|ffma|gemmSN') AS fp32_math_name,
+         TRY_CAST(nullif(regexp_extract(coalesce(kernel_name, ''), '_aligna?(\d+)', 1), '') AS INTEGER) AS kernel_align
+  FROM (SELECT dtype, kernel_name, coalesce(dtype, _gemm_name_dtype(kernel_name)) AS eff_dtype,
+               CASE WHEN dtype IS NOT NULL THEN 'recorded' WHEN _gemm_name_dtype(kernel_name) IS NOT NULL
+                    THEN 'kernel_name' END AS dtype_source
+        FROM (SELECT DISTINCT dtype, kernel_name FROM g))
+), p AS (
+  SELECT g.*, nm.eff_dtype, nm.dtype_source, nm.math0, nm.tile, nm.cuda_core_name, nm.fp32_math_name,
+         nm.kernel_align, g.op_duration_ns AS op_ns
+  FROM g JOIN nm ON nm.dtype IS NOT DISTINCT FROM g.dtype AND nm.kernel_name IS NOT DISTINCT FROM g.kernel_name
+), d AS (
+  SELECT p.*, dp.model AS device_model, dp.sm_count, dp.mem_bandwidth_gbps, dp.peak_source, dp.peak_reason,
+         {'fp64': dp.fp64_tflops, 'fp32': dp.fp32_tflops, 'tf32': dp.tf32_tflops, 'fp16': dp.fp16_tflops,
+          'bf16': dp.bf16_tflops, 'fp8': dp.fp8_tflops, 'int8': dp.int8_tops} AS pk
+  FROM p LEFT JOIN gemm_device_peaks() dp ON dp.rank = p.rank AND dp.device_id = p.device_id
+), e AS (
+  SELECT d.*,
+         CASE WHEN status = 'main' AND duration_ns > 0 THEN flops / duration_ns / 1000.0 END AS raw_tflops,
+         CASE WHEN status = 'main' AND op_ns > 0 THEN flops / op_ns / 1000.0 END AS raw_op_tflops
+  FROM d
+), f AS (
+  SELECT e.*,
+         CASE WHEN math0 = 'fp32' AND NOT cuda_core_name
+                   AND raw_tflops > pk.fp32 AND pk.tf32 IS NOT NULL AND coalesce(peak_source, '') <> 'peak_tflops'
+              THEN 'tf32' ELSE math0 END AS math
+  FROM e
+),
+x AS (
+SELECT f.*,
+       CASE WHEN math IS NULL THEN NULL WHEN math <> math0 THEN 'achieved_rate'
+            WHEN math IN ('tf32', 'fp32') AND fp32_math_name THEN 'kernel_name'
+            ELSE 'dtype' END AS math_source,
+       _devices_gemm_peak_of(pk, math) AS peak_tflops,
+       CASE WHEN m IS NOT NULL AND status = 'main' THEN
+         _gemm_quant(m, n, k, batch, tile.a, tile.b, tile.k, grid_ctas, sm_count) END AS q
+FROM f
+), c AS (
+  SELECT *,
+         CASE WHEN status <> 'main' OR flops IS NULL THEN 'no_flops'
+              WHEN duration_ns <= 0 THEN 'no_duration'
+              WHEN peak_tflops IS NULL THEN 'no_peak'
+              WHEN raw_tflops > peak_tflops * (1 + 1e-9) THEN 'above_peak'
+              ELSE 'ok' END AS efficiency_check,
+         CASE WHEN moved_bytes > 0 AND flops IS NOT NULL THEN flops::DOUBLE / moved_bytes END AS ai
+  FROM x
+), r AS (
+  SELECT *, CASE WHEN mem_bandwidth_gbps > 0 THEN peak_tflops * 1000.0 / mem_bandwidth_gbps END AS ridge,
+         least(peak_tflops, ai * mem_bandwidth_gbps / 1000.0) AS roof
+  FROM c
+)
+SELECT kernel_id, rank, short_name, start_ns, duration_ns, op_range_id, op_name, status, m, n, k, batch,
+       eff_dtype AS dtype, dtype_source, flops, moved_bytes,
+       CASE WHEN status = 'main' THEN op_ns END::BIGINT AS op_duration_ns, device_model, math, math_source,
+       peak_tflops, CASE WHEN peak_tflops IS NOT NULL THEN peak_source END AS peak_source, mem_bandwidth_gbps,
+       ai AS arithmetic_intensity, ridge AS ridge_flops_per_byte, roof AS roofline_tflops,
+       CASE WHEN ai IS NULL OR ridge IS NULL THEN NULL WHEN ai >= ridge THEN 'compute' ELSE 'memory' END AS bound,
+       CASE WHEN efficiency_check = 'ok' THEN raw_tflops END AS achieved_tflops,
+       CASE WHEN efficiency_check = 'ok' THEN raw_op_tflops END AS op_achieved_tflops,
+       CASE WHEN efficiency_check = 'ok' THEN 100.0 * raw_op_tflops / peak_tflops END AS pct_of_peak,
+       CASE WHEN efficiency_check = 'ok' AND roof > 0 THEN 100.0 * raw_op_tflops / roof END AS pct_of_roofline,
+       CASE efficiency_check WHEN 'ok' THEN true WHEN 'above_peak' THEN false END AS physically_possible,
+       efficiency_check,
+       CASE WHEN peak_tflops IS NOT NULL THEN NULL
+            WHEN peak_reason IS NOT NULL THEN peak_reason
+            WHEN device_model IS NULL THEN 'the device is not in the trace''s device list: give --peak-tflops'
+            WHEN math IS NULL THEN 'operand dtype unknown (no recorded type, none in the kernel name)'
+            ELSE 'the ' || device_model || ' has no ' || math || ' tensor-core peak' END AS peak_reason,
+       q.tile_m::INTEGER AS tile_m, q.tile_n::INTEGER AS tile_n,
+       CASE WHEN q.tile_m IS NOT NULL THEN tile.k END::INTEGER AS tile_k,
+       CASE WHEN q.orient IN ('blas_grid', 'swapped_grid') THEN 'grid' WHEN q.orient = 'blas_assumed' THEN 'assumed'
+       END AS tile_orientation,
+       grid_ctas, q.tiles AS output_tiles, q.split_k, q.ctas, q.wave_basis, sm_count, q.waves,
+       q.last_wave_fill_pct, q.wave_efficiency_pct, q.tile_efficiency_pct,
+       kernel_align, op_gemm_kernels
+FROM r;
+
 -- @macro gemm_efficiency
 -- Per GEMM kernel: its problem (gemm_problems), the achieved TFLOP/s, the device's peak for its math type
 -- (gemm_device_peaks, docs/gemm-peaks.md), the roofline position and the tile and wave quantization of its
@@ -214,84 +301,9 @@ CREATE OR REPLACE MACRO _gemm_align(dtype) AS
 -- @column wave_efficiency_pct: ctas / (⌈waves⌉ × sm_count) × 100.
 -- @column tile_efficiency_pct: Useful share of the tiles' work, M·N·K / (M, N and K rounded up to the tile) × 100 (K unrounded when the K tile is unknown).
 -- @column kernel_align: Operand alignment in elements the kernel name states (CUTLASS '_align1', xmma '_aligna4'), NULL when none: below the dtype's 16-byte minimum it is the slow path a misaligned shape forces.
+-- @column op_gemm_kernels: GEMM kernels of the op (gemm_problems.op_gemm_kernels), NULL without an op.
 CREATE OR REPLACE MACRO gemm_efficiency() AS TABLE
-WITH p AS (
-  SELECT g.*, k.name AS kernel_name, k.device_id,
-         coalesce(g.dtype, _gemm_name_dtype(k.name)) AS eff_dtype,
-         CASE WHEN g.dtype IS NOT NULL THEN 'recorded' WHEN _gemm_name_dtype(k.name) IS NOT NULL THEN 'kernel_name'
-         END AS dtype_source,
-         k.grid_x::BIGINT * k.grid_y * k.grid_z AS grid_ctas,
-         sum(g.duration_ns) OVER (PARTITION BY g.op_range_id) AS op_ns
-  FROM _gemm_kernel_problems g JOIN kernels k USING (kernel_id)
-), d AS (
-  SELECT p.*, dp.model AS device_model, dp.sm_count, dp.mem_bandwidth_gbps, dp.peak_source, dp.peak_reason,
-         _gemm_math(p.eff_dtype, p.kernel_name) AS math0,
-         {'fp64': dp.fp64_tflops, 'fp32': dp.fp32_tflops, 'tf32': dp.tf32_tflops, 'fp16': dp.fp16_tflops,
-          'bf16': dp.bf16_tflops, 'fp8': dp.fp8_tflops, 'int8': dp.int8_tops} AS pk,
-         _gemm_tile(p.kernel_name) AS tile
-  FROM p LEFT JOIN gemm_device_peaks() dp ON dp.rank = p.rank AND dp.device_id = p.device_id
-), e AS (
-  SELECT d.*,
-         CASE WHEN status = 'main' AND duration_ns > 0 THEN flops / duration_ns / 1000.0 END AS raw_tflops,
-         CASE WHEN status = 'main' AND op_ns > 0 THEN flops / op_ns / 1000.0 END AS raw_op_tflops
-  FROM d
-), f AS (
-  SELECT e.*,
-         CASE WHEN math0 = 'fp32' AND NOT regexp_matches(coalesce(kernel_name, ''), '(?i)sgemm|ffma|gemmSN')
-                   AND raw_tflops > pk.fp32 AND pk.tf32 IS NOT NULL AND coalesce(peak_source, '') <> 'peak_tflops'
-              THEN 'tf32' ELSE math0 END AS math
-  FROM e
-),
-x AS (
-SELECT f.*,
-       CASE WHEN math IS NULL THEN NULL WHEN math <> math0 THEN 'achieved_rate'
-            WHEN math IN ('tf32', 'fp32') AND regexp_matches(coalesce(kernel_name, ''), '(?i)tf32|xf32|s1688|sgemm|ffma|gemmSN')
-              THEN 'kernel_name'
-            ELSE 'dtype' END AS math_source,
-       _devices_gemm_peak_of(pk, math) AS peak_tflops,
-       CASE WHEN m IS NOT NULL AND status = 'main' THEN
-         _gemm_quant(m, n, k, batch, tile.a, tile.b, tile.k, grid_ctas, sm_count) END AS q
-FROM f
-), c AS (
-  SELECT *,
-         CASE WHEN status <> 'main' OR flops IS NULL THEN 'no_flops'
-              WHEN duration_ns <= 0 THEN 'no_duration'
-              WHEN peak_tflops IS NULL THEN 'no_peak'
-              WHEN raw_tflops > peak_tflops * (1 + 1e-9) THEN 'above_peak'
-              ELSE 'ok' END AS efficiency_check,
-         CASE WHEN moved_bytes > 0 AND flops IS NOT NULL THEN flops::DOUBLE / moved_bytes END AS ai
-  FROM x
-), r AS (
-  SELECT *, CASE WHEN mem_bandwidth_gbps > 0 THEN peak_tflops * 1000.0 / mem_bandwidth_gbps END AS ridge,
-         least(peak_tflops, ai * mem_bandwidth_gbps / 1000.0) AS roof
-  FROM c
-)
-SELECT kernel_id, rank, short_name, start_ns, duration_ns, op_range_id, op_name, status, m, n, k, batch,
-       eff_dtype AS dtype, dtype_source, flops, moved_bytes,
-       CASE WHEN status = 'main' THEN op_ns END::BIGINT AS op_duration_ns, device_model, math, math_source,
-       peak_tflops, CASE WHEN peak_tflops IS NOT NULL THEN peak_source END AS peak_source, mem_bandwidth_gbps,
-       ai AS arithmetic_intensity, ridge AS ridge_flops_per_byte, roof AS roofline_tflops,
-       CASE WHEN ai IS NULL OR ridge IS NULL THEN NULL WHEN ai >= ridge THEN 'compute' ELSE 'memory' END AS bound,
-       CASE WHEN efficiency_check = 'ok' THEN raw_tflops END AS achieved_tflops,
-       CASE WHEN efficiency_check = 'ok' THEN raw_op_tflops END AS op_achieved_tflops,
-       CASE WHEN efficiency_check = 'ok' THEN 100.0 * raw_op_tflops / peak_tflops END AS pct_of_peak,
-       CASE WHEN efficiency_check = 'ok' AND roof > 0 THEN 100.0 * raw_op_tflops / roof END AS pct_of_roofline,
-       CASE efficiency_check WHEN 'ok' THEN true WHEN 'above_peak' THEN false END AS physically_possible,
-       efficiency_check,
-       CASE WHEN peak_tflops IS NOT NULL THEN NULL
-            WHEN peak_reason IS NOT NULL THEN peak_reason
-            WHEN device_model IS NULL THEN 'the device is not in the trace''s device list: give --peak-tflops'
-            WHEN math IS NULL THEN 'operand dtype unknown (no recorded type, none in the kernel name)'
-            ELSE 'the ' || device_model || ' has no ' || math || ' tensor-core peak' END AS peak_reason,
-       q.tile_m::INTEGER AS tile_m, q.tile_n::INTEGER AS tile_n,
-       CASE WHEN q.tile_m IS NOT NULL THEN tile.k END::INTEGER AS tile_k,
-       CASE WHEN q.orient IN ('blas_grid', 'swapped_grid') THEN 'grid' WHEN q.orient = 'blas_assumed' THEN 'assumed'
-       END AS tile_orientation,
-       grid_ctas, q.tiles AS output_tiles, q.split_k, q.ctas, q.wave_basis, sm_count, q.waves,
-       q.last_wave_fill_pct, q.wave_efficiency_pct, q.tile_efficiency_pct,
-       TRY_CAST(nullif(regexp_extract(coalesce(kernel_name, ''), '_aligna?(\d+)', 1), '') AS INTEGER) AS kernel_align
-FROM r
-ORDER BY rank, start_ns, kernel_id;
+SELECT * FROM _gemm_efficiency() ORDER BY rank, start_ns, kernel_id;
 
 -- @macro gemm_shape_groups
 -- Per GEMM shape (M, N, K, batch, dtype, device model), over the main kernels with a shape and the auxiliary
@@ -345,9 +357,9 @@ ORDER BY rank, start_ns, kernel_id;
 -- @column expected_gain_pct: Estimated throughput gain (useful FLOP/s) of the suggested shape under the tile-and-wave model, %; NULL without a suggestion, tile or SM count.
 -- @column gain_basis: What the estimate assumes, in words.
 CREATE OR REPLACE MACRO gemm_shape_groups(min_efficiency_pct := 90.0) AS TABLE
-WITH e AS (SELECT *, count(*) OVER (PARTITION BY op_range_id) AS op_kernels FROM gemm_efficiency()),
+WITH e AS (SELECT *, op_gemm_kernels AS op_kernels FROM _gemm_efficiency()),
 ops AS (SELECT * FROM e WHERE status = 'main' AND m IS NOT NULL),  -- per op: its main kernel's row
-tot AS (SELECT nullif(sum(duration_ns), 0) AS all_ns FROM e),
+tot AS (SELECT nullif(sum(end_ns - start_ns), 0) AS all_ns FROM kernels WHERE kernel_class = 'gemm'),
 g AS (
   SELECT m, n, k, batch, dtype, device_model,
          arg_max(math, op_duration_ns) AS math, count(*) AS ops, sum(op_kernels) AS kernels,
@@ -505,7 +517,7 @@ CREATE OR REPLACE MACRO gemm_overview(low_pct := 40.0, params := NULL, layers :=
                                       heads := NULL, kv_heads := NULL, vocab := NULL, tied := NULL, gated := NULL,
                                       seq := NULL, micro_batch := NULL, micro_batches := NULL, model_dtype := NULL,
                                       tp := NULL, pp := NULL, cp := NULL) AS TABLE
-WITH e AS (SELECT * FROM gemm_efficiency()),
+WITH e AS (SELECT * FROM _gemm_efficiency()),
 ob AS (SELECT sum(gemm_ns) AS gemm_ns, sum(busy_ns) AS busy_ns FROM overlap_by_rank()),
 ops AS (SELECT * FROM e WHERE status = 'main' AND efficiency_check = 'ok'),
 agg AS (

@@ -195,30 +195,40 @@ WHERE tid IS NOT NULL AND end_ns IS NOT NULL;
 -- @column transposes: Layouts of A and B as stored.
 -- @column has_bias: Bias / accumulator added.
 -- @column op_gemm_kernels: GEMM kernels of the op.
+-- @column op_duration_ns: Summed duration of the op's GEMM kernels (ns), NULL without an op.
+-- @column kernel_name: Full kernel name.
+-- @column device_id: Device id.
+-- @column grid_ctas: CTAs of the launch grid (grid_x·grid_y·grid_z).
 -- @column flops: 2·M·N·K·batch on the op's main kernel.
 -- @column bias_flops: M·N·batch when a bias is added, 0 without, on the main kernel.
 -- @column moved_bytes: Inputs + output (bytes) on the main kernel.
 -- @column status: 'main', 'auxiliary', 'no_launch', 'no_op', 'no_shapes' or 'unknown_layout'.
 CREATE OR REPLACE VIEW _gemm_kernel_problems AS
 WITH _gemm_k AS (
-  SELECT k.kernel_id, k.rank, k.short_name, k.start_ns, k.end_ns - k.start_ns AS duration_ns, l.pid, l.tid,
-         l.launch_start_ns
+  SELECT k.kernel_id, k.rank, k.short_name, k.name AS kernel_name, k.device_id,
+         k.grid_x::BIGINT * k.grid_y * k.grid_z AS grid_ctas, k.start_ns, k.end_ns - k.start_ns AS duration_ns,
+         l.pid, l.tid, l.launch_start_ns
   FROM kernels k
   LEFT JOIN _exposure_launches l ON l.rank = k.rank AND l.correlation_id = k.correlation_id
   WHERE k.kernel_class = 'gemm'
 ), _gemm_o AS (  -- one range per start on a thread: the innermost (earlier end, then the op over its composite)
   SELECT * FROM _gemm_ops
   QUALIFY row_number() OVER (PARTITION BY rank, pid, tid, start_ns ORDER BY end_ns, inner_rank, range_id DESC) = 1
-), _gemm_link AS (
+), _gemm_link AS (  -- the as-of join and the per-op windows only where the rank has op ranges: a trace without
+  -- them (nsys without emit_nvtx) would sort its millions of GEMM kernels for nothing
   SELECT k.*, CASE WHEN k.launch_start_ns <= o.end_ns THEN o.range_id END AS op_range_id
-  FROM _gemm_k k
+  FROM (SELECT * FROM _gemm_k WHERE rank IN (SELECT rank FROM _gemm_o)) k
   ASOF LEFT JOIN _gemm_o o ON o.rank = k.rank AND o.pid = k.pid AND o.tid = k.tid AND k.launch_start_ns >= o.start_ns
 ), _gemm_p AS (
   SELECT l.*, o.op_name, o.shape_source, o.dims, o.types, o.strides, _gemm_problem(o.op_name, o.dims) AS p,
-         count(*) OVER (PARTITION BY l.op_range_id) AS op_gemm_kernels,
-         row_number() OVER (PARTITION BY l.op_range_id ORDER BY l.duration_ns DESC, l.start_ns, l.kernel_id) = 1
-           AS longest
-  FROM _gemm_link l LEFT JOIN _gemm_ops o ON o.range_id = l.op_range_id
+         count(*) OVER op AS op_gemm_kernels, sum(l.duration_ns) OVER op AS op_duration_ns,
+         row_number() OVER (op ORDER BY l.duration_ns DESC, l.start_ns, l.kernel_id) = 1 AS longest
+  FROM _gemm_link l JOIN _gemm_ops o ON o.range_id = l.op_range_id
+  WINDOW op AS (PARTITION BY l.op_range_id)
+  UNION ALL BY NAME
+  SELECT *, NULL::BIGINT AS op_range_id FROM _gemm_k WHERE rank NOT IN (SELECT rank FROM _gemm_o)
+  UNION ALL BY NAME
+  SELECT * FROM _gemm_link WHERE op_range_id IS NULL
 ), _gemm_d AS (
   SELECT *, _gemm_dtype(types[_gemm_operand_index(op_name)]) AS dtype,
          CASE WHEN p IS NOT NULL AND longest THEN 'main'
@@ -232,7 +242,7 @@ WITH _gemm_k AS (
 SELECT kernel_id, rank, short_name, start_ns, duration_ns, op_range_id, op_name, shape_source,
        p.m, p.n, p.k, p.batch, dtype,
        CASE WHEN p IS NOT NULL THEN _gemm_transposes(op_name, dims, strides) END AS transposes, p.bias AS has_bias,
-       CASE WHEN op_range_id IS NOT NULL THEN op_gemm_kernels END AS op_gemm_kernels,
+       op_gemm_kernels, op_duration_ns, kernel_name, device_id, grid_ctas,
        CASE WHEN status = 'main' THEN TRY_CAST(2::HUGEINT * p.m * p.n * p.k * p.batch AS BIGINT) END AS flops,
        CASE WHEN status = 'main' THEN
          CASE WHEN p.bias THEN TRY_CAST(p.m::HUGEINT * p.n * p.batch AS BIGINT) WHEN NOT p.bias THEN 0 END
