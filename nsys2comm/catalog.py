@@ -133,8 +133,11 @@ def _sql_files(root: Path) -> list[Path]:
     return order
 
 
-def _sweep_tag(path: Path, obj: CatalogObject, line: str) -> bool:
-    """Read a ``-- @sweep`` header line into ``obj``; False for any other line."""
+def _object_tag(path: Path, obj: CatalogObject, line: str) -> bool:
+    """Read a ``-- @sweep`` or ``-- @columns_of`` header line into ``obj``; False for any other line."""
+    if c := _COLUMNS_OF.match(line):
+        obj.columns_of = c.group(1)
+        return True
     if not re.match(r"^--\s*@sweep\b", line):
         return False
     sw = _SWEEP.match(line)
@@ -172,10 +175,7 @@ def parse_file(path: Path, area: str) -> tuple[str, list[CatalogObject]]:
             continue
         stripped = line.strip()
         if in_doc and stripped.startswith("--"):
-            if _sweep_tag(path, current, stripped):
-                continue
-            if c := _COLUMNS_OF.match(stripped):
-                current.columns_of = c.group(1)
+            if _object_tag(path, current, stripped):
                 continue
             t = _TAG.match(stripped)
             if t:
