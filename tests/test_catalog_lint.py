@@ -176,3 +176,18 @@ def test_timestamp_rule_matches_the_docs():
                 assert not is_timestamp_column(col), f"{obj.name}.{col}"
     assert is_timestamp_column("window_start_ns") and is_timestamp_column("first_ns")
     assert is_timestamp_column("event_ts_ns") and not is_timestamp_column("start_offset_ns")
+
+
+# tier 1: a private unordered copy of a public object takes that object's column docs (-- @columns_of NAME)
+def test_columns_of_takes_the_named_objects_docs():
+    obj, public = catalog.find("_gemm_efficiency"), catalog.find("gemm_efficiency")
+    assert obj is not None and public is not None and obj.columns_of == "gemm_efficiency"
+    assert obj.columns == public.columns and obj.key_columns == public.key_columns
+
+
+def test_columns_of_an_unknown_object_is_refused(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.sql").write_text("-- @macro _a_x\n-- Rows.\n-- @columns_of nowhere\n"
+                                          "CREATE OR REPLACE MACRO _a_x() AS TABLE SELECT 1 AS one;\n")
+    with pytest.raises(ValueError, match="@columns_of nowhere: no such object"):
+        catalog.load_catalog(tmp_path)

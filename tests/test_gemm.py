@@ -257,6 +257,38 @@ def test_main_kernel_and_op_links(cases, built):
         assert by_op[("aten::matmul", 384)] == "float16" and by_op[("aten::_scaled_mm", 128)] == "float8_e4m3"
 
 
+def test_op_figures_in_gemm_efficiency_are_gemm_problems(built):
+    """gemm_efficiency carries each kernel's op_gemm_kernels from gemm_problems, and its op_duration_ns on the main
+    kernel is the summed duration of the op's GEMM kernels."""
+    _, job = built
+    problems = {r["kernel_id"]: r for r in job.query("gemm_problems").to_dicts()}
+    per_op: dict[int, int] = {}
+    for r in problems.values():
+        if r["op_range_id"] is not None:
+            per_op[r["op_range_id"]] = per_op.get(r["op_range_id"], 0) + r["duration_ns"]
+    for r in job.query("gemm_efficiency").to_dicts():
+        assert r["op_gemm_kernels"] == problems[r["kernel_id"]]["op_gemm_kernels"], r
+        want = per_op[r["op_range_id"]] if r["status"] == "main" else None
+        assert r["op_duration_ns"] == want, r
+
+
+def test_a_trace_without_op_ranges_gives_no_op_everywhere(cases, tmp_path):
+    """tier 3: no rank records matrix-multiply ops (nsys without emit_nvtx): every GEMM kernel with a launch is
+    'no_op' with no op figures (this path skips the launch-to-op as-of join)."""
+    run, _, expect = cases
+    job = Job.ingest([write_nsys(run, tmp_path / "run.sqlite", "3.25.0")], db=None, jobs=1)
+    try:
+        rows = job.query("gemm_problems").to_dicts()
+        assert len(rows) == len(expect)
+        assert {r["status"] for r in rows} == {"no_op"}
+        assert all(r["op_range_id"] is None and r["op_gemm_kernels"] is None and r["m"] is None for r in rows)
+        eff = job.query("gemm_efficiency").to_dicts()
+        assert [r["kernel_id"] for r in eff] == [r["kernel_id"] for r in rows]
+        assert all(r["op_duration_ns"] is None and r["op_gemm_kernels"] is None for r in eff)
+    finally:
+        job.close()
+
+
 def test_both_sources_give_the_same_problems(cases, tmp_path):
     """The same run from Kineto and from nsys: identical rows but for what NVTX cannot carry (dtypes, bytes)."""
     run, ops, _ = cases
