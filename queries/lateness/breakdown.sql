@@ -199,7 +199,9 @@ WITH b AS (
 ), w AS (
   SELECT o.*, bool_and(is_outlier AND dev > 0) OVER (PARTITION BY rank ORDER BY iteration_index
                                                     ROWS UNBOUNDED PRECEDING) AS in_warmup,
-         count(*) FILTER (WHERE NOT is_outlier) OVER (PARTITION BY rank) AS n_ok
+         -- a sum, not count(*) FILTER: beside the ordered window above, DuckDB evaluated the filtered count over
+         -- the whole partition once per row (O(n²): 90 s at 187k iterations per rank)
+         coalesce(sum(CASE WHEN NOT is_outlier THEN 1 ELSE 0 END) OVER (PARTITION BY rank), 0) AS n_ok
   FROM o
 ), sl AS (  -- least-squares slope from exact integer sums (regr_slope's float updates depend on row order)
   SELECT rank, CAST(count(*) * sum(x * y) - sum(x) * sum(y) AS DOUBLE)
