@@ -45,14 +45,21 @@
 -- @column host_bound_idle_ns: GPU idle with nothing launched (ns).
 -- @column queued_idle_ns: GPU idle although work was launched (ns).
 -- @column other_idle_ns: GPU idle with no kernel after it on the rank (ns).
+-- @column iteration_start_ns: Earliest start of the iteration on any rank (ns, reference clock).
+-- @column iteration_source: The ranks' iteration_source for this iteration ('marker', 'detected', 'whole_capture';
+-- several, comma-separated, when ranks differ).
 CREATE OR REPLACE MACRO critical_path_segments(epsilon_ns := _lateness_epsilon_ns(), marker := '',
     min_score := _lateness_min_score()) AS TABLE
 WITH RECURSIVE off AS MATERIALIZED (
   SELECT r.rank, coalesce(max(o.clock_offset_ns), 0) AS off FROM ranks r LEFT JOIN _skew_ops o USING (rank)
   GROUP BY r.rank
 ), it AS MATERIALIZED (
-  SELECT i.rank, i.iteration AS k, i.start_ns, i.end_ns, i.start_ns - off.off AS start_ref
+  SELECT i.rank, i.iteration AS k, i.start_ns, i.end_ns, i.start_ns - off.off AS start_ref, i.iteration_source
   FROM iterations(min_score := min_score, marker := marker) i JOIN off USING (rank)
+), itk AS (
+  SELECT k, min(start_ref) AS start_ref,
+         string_agg(DISTINCT iteration_source, ',' ORDER BY iteration_source) AS src
+  FROM it GROUP BY k
 ), kend AS (  -- each rank's last kernel end in each iteration (kernels starting in its window)
   SELECT it.rank, it.k, max(k.end_ns) - any_value(off.off) AS end_ref
   FROM kernels k ASOF JOIN it ON it.rank = k.rank AND k.start_ns >= it.start_ns
@@ -113,8 +120,9 @@ SELECT s.k AS iteration_index, CAST(s.segment AS BIGINT) AS segment, s.rank, s.s
        CAST(p.c1 AS BIGINT) AS gpu_compute_ns, CAST(p.c5 - p.c1 AS BIGINT) AS comm_transfer_ns,
        CAST(p.c0 - p.c5 AS BIGINT) AS comm_wait_ns, CAST(p.c2 AS BIGINT) AS host_bound_idle_ns,
        CAST(p.c3 - p.c2 AS BIGINT) AS queued_idle_ns,
-       CAST(s.end_ref - s.start_ref - p.c0 - p.c3 AS BIGINT) AS other_idle_ns
-FROM span s JOIN parts p USING (probe_id)
+       CAST(s.end_ref - s.start_ref - p.c0 - p.c3 AS BIGINT) AS other_idle_ns,
+       itk.start_ref AS iteration_start_ns, itk.src AS iteration_source
+FROM span s JOIN parts p USING (probe_id) JOIN itk ON itk.k = s.k
 ORDER BY iteration_index, segment;
 
 -- @macro iteration_critical_path
@@ -150,23 +158,17 @@ ORDER BY iteration_index, segment;
 CREATE OR REPLACE MACRO iteration_critical_path(epsilon_ns := _lateness_epsilon_ns(), marker := '',
     min_score := _lateness_min_score()) AS TABLE
 WITH s AS (SELECT * FROM critical_path_segments(epsilon_ns := epsilon_ns, marker := marker, min_score := min_score)
-), off AS (
-  SELECT r.rank, coalesce(max(o.clock_offset_ns), 0) AS off FROM ranks r LEFT JOIN _skew_ops o USING (rank)
-  GROUP BY r.rank
-), its AS (
-  SELECT i.iteration AS k, min(i.start_ns - off.off) AS start_ref,
-         string_agg(DISTINCT i.iteration_source, ',' ORDER BY i.iteration_source) AS src
-  FROM iterations(min_score := min_score, marker := marker) i JOIN off USING (rank) GROUP BY i.iteration
 ), a AS (
-  SELECT iteration_index, arg_min(rank, segment) AS bound_rank, arg_max(rank, segment) AS origin_rank,
+  SELECT iteration_index, any_value(iteration_start_ns) AS start_ref, any_value(iteration_source) AS src,
+         arg_min(rank, segment) AS bound_rank, arg_max(rank, segment) AS origin_rank,
          list(rank ORDER BY segment DESC) AS path_ranks, count(*) - 1 AS hops, max(end_ns) AS end_ns,
          min(start_ns) AS path_start_ns, sum(segment_ns) AS path_ns, sum(gpu_compute_ns) AS compute_ns,
          sum(comm_transfer_ns) AS comm_transfer_ns, sum(host_bound_idle_ns) AS host_bound_idle_ns,
          sum(queued_idle_ns + comm_wait_ns) AS waiting_ns, sum(other_idle_ns) AS other_idle_ns
   FROM s GROUP BY iteration_index
 )
-SELECT a.iteration_index, its.src AS iteration_source, its.start_ref AS iteration_start_ns,
-       a.end_ns AS iteration_end_ns, a.end_ns - its.start_ref AS iteration_ns, a.bound_rank, a.origin_rank,
+SELECT a.iteration_index, a.src AS iteration_source, a.start_ref AS iteration_start_ns,
+       a.end_ns AS iteration_end_ns, a.end_ns - a.start_ref AS iteration_ns, a.bound_rank, a.origin_rank,
        a.path_ranks, CAST(a.hops AS BIGINT) AS hops, a.path_start_ns, CAST(a.path_ns AS BIGINT) AS path_ns,
        CAST(a.compute_ns AS BIGINT) AS compute_ns, CAST(a.comm_transfer_ns AS BIGINT) AS comm_transfer_ns,
        CAST(a.host_bound_idle_ns AS BIGINT) AS host_bound_idle_ns, CAST(a.waiting_ns AS BIGINT) AS waiting_ns,
@@ -176,5 +178,5 @@ SELECT a.iteration_index, its.src AS iteration_source, its.start_ref AS iteratio
        CASE WHEN a.path_ns > 0 THEN 100.0 * a.host_bound_idle_ns / a.path_ns END AS host_bound_idle_pct,
        CASE WHEN a.path_ns > 0 THEN 100.0 * a.waiting_ns / a.path_ns END AS waiting_pct,
        CASE WHEN a.path_ns > 0 THEN 100.0 * a.other_idle_ns / a.path_ns END AS other_idle_pct
-FROM a JOIN its ON its.k = a.iteration_index
+FROM a
 ORDER BY iteration_index;
