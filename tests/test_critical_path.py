@@ -63,6 +63,11 @@ def test_path_jumps_to_the_late_rank():
             cp["waiting_ns"], cp["other_idle_ns"]) == tuple(v * US for v in (500, 500, 380, 100, 20, 0, 0))
     assert cp["compute_pct"] == pytest.approx(76.0) and cp["comm_transfer_pct"] == pytest.approx(20.0)
     assert cp["iteration_source"] == "marker"
+    # every segment carries its iteration's start (earliest over the ranks: both start at 0) and source
+    starts = {r["rank"]: r["start_ns"] for r in job.rows("iterations")}
+    for seg in job.rows("critical_path_segments"):
+        assert (seg["iteration_start_ns"], seg["iteration_source"]) == (min(starts.values()), "marker")
+    assert cp["iteration_start_ns"] == min(starts.values())
 
 
 # tier 2: two jumps, back and forth
