@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
@@ -28,6 +28,9 @@ from .api import doctor as api_doctor
 from .errors import HelperNotRunnable, InputError, Nsys2CommError, UnknownQuery, UsageError, as_user_error, printable
 from .limits import GZIP_CEILING_BYTES, GZIP_FLOOR_BYTES, GZIP_RATIO, MAX_EVENT_BYTES
 from .output import Format, TimeUnit
+
+if TYPE_CHECKING:
+    import polars as pl
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_THRESHOLD, EXIT_PARTIAL = 0, 1, 2, 3, 4
 
@@ -790,8 +793,9 @@ def query(
         obj = catalog.find(name)
         keys = obj.key_columns if obj else None
         rows = _plain_rows(job, name, params, fmt=fmt, output=output, timeunit=timeunit, relative=relative)
-        if rows is None or not _write_plain_rows(rows, fmt=fmt, output=output, columns=wanted, keys=keys):
-            df = job.query(name, **params)
+        if not (isinstance(rows, out_.Rows)
+                and _write_plain_rows(rows, fmt=fmt, output=output, columns=wanted, keys=keys)):
+            df = rows if rows is not None and not isinstance(rows, out_.Rows) else job.query(name, **params)
             _write_rows(job, df, fmt=fmt, output=output, timeunit=timeunit, relative=relative, columns=wanted,
                         keys=keys)
         job.close()
@@ -799,10 +803,11 @@ def query(
 
 
 def _plain_rows(job: Job, name: str, params: dict, *, fmt, output, timeunit: TimeUnit | None,
-                relative: bool) -> out_.Rows | None:
+                relative: bool) -> out_.Rows | pl.DataFrame | None:
     """The query's rows without polars (``output.Rows``: a fresh process saves its import, 0.15 s idle) where the
-    output needs none: no time conversion, a text format, column types and a row count the plain writers cover.
-    None otherwise, and on any DuckDB error: ``job.query`` then runs it and says what is wrong, as always."""
+    output needs none: no time conversion, a text format, column types the plain writers cover, and at most
+    ``output.FAST_ROWS_MAX`` rows; past that, the polars frame of the same execution. None otherwise, and on any
+    DuckDB error: ``job.query`` then runs it and says what is wrong, as always."""
     if timeunit is not None or relative or out_.infer_format(fmt, output) == "parquet":
         return None
     import duckdb
@@ -811,11 +816,11 @@ def _plain_rows(job: Job, name: str, params: dict, *, fmt, output, timeunit: Tim
     con = settle(job.con)
     try:
         if obj.kind == "view":
-            rel = con.sql(f"SELECT * FROM {obj.name}")
+            sql = f"SELECT * FROM {obj.name}"
         else:
-            args = ", ".join(f"{k} := ${k}" for k in checked)
-            rel = con.sql(f"SELECT * FROM {obj.name}({args})", params=checked or None)
-        return out_.fetch_rows(rel)
+            sql = f"SELECT * FROM {obj.name}({', '.join(f'{k} := ${k}' for k in checked)})"
+        rel = con.sql(sql, params=checked or None)
+        return out_.fetch_rows(rel, run=lambda: con.execute(sql, checked or None))
     except duckdb.InterruptException:
         raise
     except duckdb.Error:

@@ -34,6 +34,7 @@ import io
 import math
 import re
 import sys
+from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from enum import StrEnum
@@ -425,18 +426,41 @@ def value_kind(t: Any) -> str | None:
     return None
 
 
-def fetch_rows(rel: Any, max_rows: int = FAST_ROWS_MAX) -> Rows | None:
-    """A DuckDB relation's rows as :class:`Rows`; None when a column's type is not covered, a name repeats, or
-    there are more than ``max_rows`` rows (the caller then runs it through polars)."""
+def fetch_rows(rel: Any, max_rows: int = FAST_ROWS_MAX, *,
+               run: Callable[[], Any] | None = None) -> Rows | pl.DataFrame | None:
+    """A DuckDB relation's rows as :class:`Rows`; None when a column's type is not covered or a name repeats
+    (nothing has run: the caller runs it through polars). Over ``max_rows`` rows: with ``run`` (executes the
+    relation's SQL and returns DuckDB's cursor), the polars frame of the same rows, from that one execution (a
+    catalog query on millions of rows takes seconds: running it again through polars doubled them); without it,
+    None."""
     names = list(rel.columns)
     kinds = [value_kind(t) for t in rel.types]
     if any(k is None for k in kinds) or len(set(names)) != len(names):
         return None
-    got = rel.limit(max_rows + 1).fetchall()  # one run; a larger result runs again through polars
-    if len(got) > max_rows:
-        return None
+    if run is None:
+        got = rel.limit(max_rows + 1).fetchall()
+        if len(got) > max_rows:
+            return None
+    else:
+        cur = run()
+        got = cur.fetchmany(max_rows + 1)
+        if len(got) > max_rows:
+            return _frame_of(got, cur)
     return Rows(names, [k for k in kinds if k is not None],
                 [list(c) for c in zip(*got, strict=True)] if got else [[] for _ in names])
+
+
+def _frame_of(head: list[tuple], cur: Any) -> pl.DataFrame:
+    """The polars frame of a result whose first rows were fetched as ``head`` and whose rest ``cur`` still holds:
+    the rest through Arrow, the head built to the rest's schema (the plain kinds of value_kind convert exactly)."""
+    import warnings
+
+    import polars as pl
+
+    with warnings.catch_warnings():  # DuckDB notes that Arrow from a cursor copies the rows once; so be it
+        warnings.simplefilter("ignore", UserWarning)
+        rest = pl.DataFrame(cur.to_arrow_reader())
+    return pl.concat([pl.DataFrame(head, schema=rest.schema, orient="row"), rest], rechunk=False)
 
 
 def _csv_field(s: str, sep: str) -> str:

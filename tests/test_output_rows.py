@@ -90,6 +90,27 @@ def test_fetch_rows_declines_what_only_polars_writes(sql):
     assert output.fetch_rows(duckdb.connect().sql(sql), max_rows=10) is None
 
 
+# tier 2: a result past max_rows runs once and comes back as the frame the polars path gives (nested kinds included)
+@pytest.mark.parametrize("n", [10, 11, 25])
+def test_a_large_result_runs_once_and_gives_the_polars_frame(n):
+    con = duckdb.connect()
+    sql = ("SELECT i, i / 3 AS f, 'x' || i AS s, [i, NULL] AS l, {'a': i, 'b': NULL::VARCHAR} AS st, i % 2 = 0 AS b, "
+           "i::UTINYINT AS u FROM range($n) t(i) ORDER BY i DESC")
+    runs = []
+
+    def run():
+        runs.append(1)
+        return con.execute(sql, {"n": n})
+
+    got = output.fetch_rows(con.sql(sql, params={"n": n}), max_rows=10, run=run)
+    want = analysis.rows_frame(con.sql(sql, params={"n": n}))
+    assert runs == [1]
+    if n <= 10:
+        assert isinstance(got, output.Rows) and got.height == n
+    else:
+        assert isinstance(got, pl.DataFrame) and got.schema == want.schema and got.equals(want)
+
+
 # tier 3: every public catalog query on the synthetic job (and on an empty one), as `nsys2comm query` writes it
 @pytest.mark.slow  # tier: slow (over 1 s in the fast profile)
 @pytest.mark.parametrize("job", ["synthetic", "empty"])
