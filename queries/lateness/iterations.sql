@@ -126,18 +126,23 @@ cg AS (
   WHERE d.p IS NOT NULL AND 2 * d.p <= n.n
   GROUP BY d.rank, d.p
   QUALIFY row_number() OVER (PARTITION BY d.rank ORDER BY count(*) DESC, d.p) <= 64
-), m AS (  -- position i matches period p: the same token p positions earlier
-  SELECT c.rank, c.p, s.i, s.tok = b.tok AS ok
+), score AS (  -- position i matches period p: the same token p positions earlier (aggregated as the join streams:
+  -- kept, 64 rows per position were materialized for the one period picked below)
+  SELECT c.rank, c.p, avg((s.tok = b.tok)::INT) AS score
   FROM cand c JOIN seq s ON s.rank = c.rank AND s.i >= c.p
   JOIN seq b ON b.rank = s.rank AND b.i = s.i - c.p
-), score AS (SELECT rank, p, avg(ok::INT) AS score FROM m GROUP BY rank, p
+  GROUP BY c.rank, c.p
 ), pick AS (
   SELECT rank, min(p) FILTER (WHERE score >= min_score AND score >= best - 0.01) AS p
   FROM (SELECT *, max(score) OVER (PARTITION BY rank) AS best FROM score) GROUP BY rank
+), m AS (  -- the matches of the chosen period
+  SELECT pk.rank, pk.p, s.i, s.tok = b.tok AS ok
+  FROM pick pk JOIN seq s ON s.rank = pk.rank AND s.i >= pk.p
+  JOIN seq b ON b.rank = s.rank AND b.i = s.i - pk.p
 ), runs AS (  -- runs of consecutive matches for the chosen period (gaps and islands)
   SELECT m.rank, m.p, m.i, m.ok,
          m.i - row_number() OVER (PARTITION BY m.rank, m.ok ORDER BY m.i) AS island
-  FROM m JOIN pick USING (rank, p)
+  FROM m
 ), s0 AS (
   SELECT rank, any_value(p) AS p, min(i0) - any_value(p) AS s0
   FROM (SELECT rank, p, island, min(i) AS i0, count(*) AS len FROM runs WHERE ok GROUP BY ALL)
