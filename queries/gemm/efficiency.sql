@@ -178,7 +178,7 @@ WITH g AS (SELECT * FROM _gemm_kernel_problems
         FROM (SELECT DISTINCT dtype, kernel_name FROM g))
 ), p AS (
   SELECT g.*, nm.eff_dtype, nm.dtype_source, nm.math0, nm.tile, nm.cuda_core_name, nm.fp32_math_name,
-         nm.kernel_align, g.op_duration_ns AS op_ns
+         nm.kernel_align
   FROM g JOIN nm ON nm.dtype IS NOT DISTINCT FROM g.dtype AND nm.kernel_name IS NOT DISTINCT FROM g.kernel_name
 ), d AS (
   SELECT p.*, dp.model AS device_model, dp.sm_count, dp.mem_bandwidth_gbps, dp.peak_source, dp.peak_reason,
@@ -188,7 +188,7 @@ WITH g AS (SELECT * FROM _gemm_kernel_problems
 ), e AS (
   SELECT d.*,
          CASE WHEN status = 'main' AND duration_ns > 0 THEN flops / duration_ns / 1000.0 END AS raw_tflops,
-         CASE WHEN status = 'main' AND op_ns > 0 THEN flops / op_ns / 1000.0 END AS raw_op_tflops
+         CASE WHEN status = 'main' AND op_duration_ns > 0 THEN flops / op_duration_ns / 1000.0 END AS raw_op_tflops
   FROM d
 ), f AS (
   SELECT e.*,
@@ -222,7 +222,7 @@ FROM f
 )
 SELECT kernel_id, rank, short_name, start_ns, duration_ns, op_range_id, op_name, status, m, n, k, batch,
        eff_dtype AS dtype, dtype_source, flops, moved_bytes,
-       CASE WHEN status = 'main' THEN op_ns END::BIGINT AS op_duration_ns, device_model, math, math_source,
+       CASE WHEN status = 'main' THEN op_duration_ns END::BIGINT AS op_duration_ns, device_model, math, math_source,
        peak_tflops, CASE WHEN peak_tflops IS NOT NULL THEN peak_source END AS peak_source, mem_bandwidth_gbps,
        ai AS arithmetic_intensity, ridge AS ridge_flops_per_byte, roof AS roofline_tflops,
        CASE WHEN ai IS NULL OR ridge IS NULL THEN NULL WHEN ai >= ridge THEN 'compute' ELSE 'memory' END AS bound,
