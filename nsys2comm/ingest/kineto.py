@@ -430,9 +430,13 @@ class _Ranges:
         self.seq_from = bounds[-1]
         self.pool = process_pool(nworkers, fork_if_alone=True)
         self.spool: str | None = None  # a directory for the workers' tables (_to_spool)
-        with contextlib.suppress(OSError):
-            self.spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-")
-        self._fill()
+        try:  # a SIGTERM lands here (submit forks with it held): no one else holds this object yet to close it
+            with contextlib.suppress(OSError):
+                self.spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-")
+            self._fill()
+        except BaseException:
+            self.close()
+            raise
 
     def _fill(self) -> None:
         """Keep two ranges queued beyond the workers' own, so none waits while the parent inserts."""
@@ -485,13 +489,19 @@ def read_ahead(path, options: ReadOptions) -> Callable[[], None] | None:
 
     path = Path(path)
     discard_read_ahead()
+    ranges = None
     try:
         nworkers = decoder_processes(path, options)
         if nworkers == 0 or is_gzip(path) or not only_thread():
             return None
-        _ahead.append(_Ranges(path, options, BLOCK, nworkers))
+        ranges = _Ranges(path, options, BLOCK, nworkers)
+        _ahead.append(ranges)
     except (InputError, BadValue, OSError, ValueError):
         return None
+    except BaseException:  # a SIGTERM between making it and keeping it: nothing else would close it
+        if ranges is not None and ranges not in _ahead:
+            ranges.close()
+        raise
     return discard_read_ahead
 
 
