@@ -14,6 +14,7 @@ import tempfile
 
 import pyarrow as pa
 import pytest
+from fork_signal import run_with_sigterm_at_fork
 
 from fixtures.kineto_writer import write_large_kineto
 from nsys2comm import Job
@@ -126,33 +127,15 @@ def test_workers_fork_only_in_a_process_without_other_threads():
     assert out == ["True", "False"]
 
 
-_SIGTERM_WHILE_READING_AHEAD = r"""
-import os, signal, sys
-from pathlib import Path
-from nsys2comm.ingest import kineto
-from nsys2comm.ingest.base import ReadOptions
-
-class Terminated(BaseException):
-    pass
-
-def on_sigterm(signum, frame):
-    raise Terminated
-signal.signal(signal.SIGTERM, on_sigterm)
-os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGTERM))  # SIGTERM as a worker forks
-try:
-    kineto.read_ahead(Path(sys.argv[1]), ReadOptions(extra={"kineto_workers": 2}))
-except Terminated:
-    sys.exit(143)
-sys.exit(0)
-"""
-
-
 @pytest.mark.subprocess
 def test_sigterm_while_the_read_ahead_starts_leaves_no_spool(large, tmp_path):
     """tier 3: a SIGTERM taken while the read ahead forks its workers (inside _Ranges' constructor, before anything
     holds the object) still removes its spool directory: the constructor closes what it made."""
-    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([sys.executable, "-c", _SIGTERM_WHILE_READING_AHEAD, str(large)], capture_output=True,
-                          env=env, timeout=120)
+    proc = run_with_sigterm_at_fork("""
+        from pathlib import Path
+        from nsys2comm.ingest import kineto
+        from nsys2comm.ingest.base import ReadOptions
+        kineto.read_ahead(Path(sys.argv[1]), ReadOptions(extra={"kineto_workers": 2}))
+    """, str(large), env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 143, proc.stderr.decode()
     assert [n for n in os.listdir(tmp_path) if n.startswith(SPOOL_PREFIX)] == []

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fork_signal import run_with_sigterm_at_fork
 
 from nsys2comm.ingest.base import mp_temp_base
 
@@ -184,35 +185,18 @@ def test_sigterm_while_a_single_trace_reads_ahead_leaves_nothing(tmp_path):
     assert not db.exists() and not Path(str(db) + ".wal").exists()
 
 
-_SIGNAL_IN_FORK_HOOK = r"""
-import os, signal, sys
-from nsys2comm.ingest.base import process_pool, stop_pool
-
-class Terminated(BaseException):
-    pass
-
-def on_sigterm(signum, frame):
-    raise Terminated
-signal.signal(signal.SIGTERM, on_sigterm)
-# the signal arrives while the fork's Python hooks run in the parent, as in the race CI once lost
-os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGTERM))
-pool = process_pool(1, fork_if_alone=True)
-try:
-    pool.submit(os.getpid).result()
-except Terminated:
-    stop_pool(pool)
-    sys.exit(143)
-stop_pool(pool)
-sys.exit(0)
-"""
-
-
 def test_a_signal_during_the_fork_of_a_worker_is_not_lost():
     """A fork-context pool forks in ``submit``; the SIGTERM handler's exception must not fall into the fork's hooks
     (where Python prints and drops it, and the command exits 0): base.process_pool holds the signal until submit
     returns."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", _SIGNAL_IN_FORK_HOOK], capture_output=True, env=env, timeout=60)
+    proc = run_with_sigterm_at_fork("""
+        from nsys2comm.ingest.base import process_pool, stop_pool
+        pool = process_pool(1, fork_if_alone=True)
+        try:
+            pool.submit(os.getpid).result()
+        finally:
+            stop_pool(pool)
+    """)
     assert proc.returncode == 143, proc.stderr.decode()
     assert b"Exception ignored" not in proc.stderr
 
