@@ -13,7 +13,7 @@ import pytest
 
 from nsys2comm.ingest import kineto
 from nsys2comm.ingest.base import ReadOptions
-from tests.benchmarks import bench_sources
+from tests.benchmarks import bench_sources, decoder_ab
 from tests.benchmarks.tile import tile_counted
 
 SOURCES = bench_sources.sources()
@@ -54,3 +54,19 @@ def test_tiled_source_ingests_as_its_copies(tmp_path, name, src):
     assert base["kernels"] > 0
     for variant in bench_sources.VARIANTS:
         assert _rows(tiles[variant][0]) == {t: copies * n for t, n in base.items()}, variant
+
+
+@pytest.mark.slow  # tier: slow (tiling a source takes ~1 s)
+@pytest.mark.parametrize("style", ["kineto", "compact"])
+def test_decoder_ab_parses_every_event_with_each_alternative(tmp_path, style):
+    """The decoder A/B's lower bounds time the parse of the very events today's decoder reads: pyarrow's reader,
+    once the commas between events are gone, returns one row per event that msgspec decodes."""
+    name, src = SOURCES[0]
+    path = tmp_path / f"{name}.json"
+    tile_counted(src, path, 3, style, SAMPLE)  # a range of ~2 MB: the importer leaves the last MiB to its reader
+    res = decoder_ab.measure_source(path, 1, tmp_path)
+    assert res["ranges"] >= 1
+    assert set(res["median_seconds_per_range"]) == {"today", "msgspec_parse", "duckdb_parse", "duckdb_kept",
+                                                    "arrow_parse"}
+    parsed = res["events_parsed"]
+    assert parsed["arrow_parse"] == parsed["msgspec_parse"] > SAMPLE
