@@ -50,7 +50,7 @@ def _ranges(path: Path) -> list[tuple[int, int]]:
 
 # Kineto's writer ends an event with "}," and the next one starts on a line of its own (compact tiles: "},{" or
 # "},\n{"); a JSON string holds no raw newline, so a "}," before a line break is always between events
-_EVENT_COMMA = re.compile(rb"\}\s*,(\s*\n\s*)\{|\},\{")
+_EVENT_COMMA = re.compile(rb"\}\s*,\s*\n\s*\{|\},\{")
 
 
 def _arrow_schema():
